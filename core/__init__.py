@@ -1,0 +1,1 @@
+"""Pure replay logic and shared types: configuration, logging, scenario types, plan, guards."""

@@ -1,0 +1,293 @@
+"""Every ``BIR_*`` variable bir reads: its default, its ceiling and one line of documentation.
+
+Nothing else in bir reads ``os.environ`` for a ``BIR_*`` name. A number past its ceiling is brought
+under it and logged once as ``replay.budget_clamped``; a value that is not a number raises
+``ConfigError`` naming the variable (the CLI turns it into a one-line error, never a traceback).
+The README's table is generated from ``VARIABLES`` (``bir config --markdown``) and a test keeps the two
+in step.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from bir.core.log import log_event
+
+Kind = Literal["int", "float", "flag", "str", "path", "choice", "list"]
+
+
+class ConfigError(ValueError):
+    """A ``BIR_*`` variable holds a value bir cannot use. The message names the variable."""
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    kind: Kind
+    default: int | float | bool | str | None
+    doc: str
+    ceiling: int | float | None = None
+    floor: int | float | None = None
+    choices: tuple[str, ...] = ()
+
+
+_VARS: tuple[Variable, ...] = (
+    Variable("BIR_HOME", "path", "~/.baseinstrunner", "Where bir keeps its state (control files, tmp, logs)."),
+    # The evaluator
+    Variable(
+        "BIR_LOGIC_TIMEOUT_MS",
+        "int",
+        1000,
+        "Time limit of one logic body, in the isolate; the supervisor kills the worker shortly after.",
+        ceiling=10_000,
+        floor=1,
+    ),
+    Variable(
+        "BIR_LOGIC_MEMORY_MB",
+        "int",
+        64,
+        "Memory limit of one logic body: V8's heap limit, and the worker's RSS growth watched by the supervisor.",
+        ceiling=2048,
+        floor=8,
+    ),
+    Variable("BIR_LOGIC_WORKERS", "int", 2, "Evaluator worker processes in a pool.", ceiling=32, floor=1),
+    Variable(
+        "BIR_LOGIC_MAX_JOBS",
+        "int",
+        2000,
+        "Jobs a worker runs before it is replaced (with up to 10% jitter).",
+        ceiling=1_000_000,
+        floor=1,
+    ),
+    Variable(
+        "BIR_LOGIC_QUEUE",
+        "int",
+        4096,
+        "Jobs a pool holds waiting for a worker before it answers `overloaded`.",
+        ceiling=1_000_000,
+        floor=1,
+    ),
+    Variable(
+        "BIR_LOGIC_ENGINE",
+        "choice",
+        "v8",
+        "Engine of the logic workers: `v8` (mini-racer) or `quickjs` (dukpy).",
+        choices=("v8", "quickjs"),
+    ),
+    # Replay (spec §10, §13.2)
+    Variable("BIR_REPLAY", "flag", None, "`0` turns replay off; unset, the project's stored switch decides."),
+    Variable("BIR_OFF", "flag", False, "`1` takes the whole runner out of the way for a session."),
+    Variable(
+        "BIR_MIN_STEER_SIMILARITY", "float", 0.92, "Lowest match similarity that steers a turn.", ceiling=1.0, floor=0.0
+    ),
+    Variable(
+        "BIR_REPLAY_RECORDED_OUTPUTS",
+        "flag",
+        False,
+        "`1` lets a step that cannot be sent stand on its recorded output, marked `(recorded)`.",
+    ),
+    Variable(
+        "BIR_REPLAY_ALLOW_SERVERS",
+        "list",
+        None,
+        "Comma-separated server keys bir may call by itself "
+        "(direct runs, divergence); unset means every wrapped server.",
+    ),
+    Variable(
+        "BIR_STEP_TIMEOUT_MS",
+        "int",
+        60_000,
+        "Time limit of one direct step, clipped to what the plan has left.",
+        ceiling=290_000,
+        floor=100,
+    ),
+    Variable(
+        "BIR_REPLAY_PLAN_BUDGET_MS", "int", 100_000, "Time budget of a whole direct run.", ceiling=270_000, floor=1000
+    ),
+    Variable(
+        "BIR_REPLAY_BUDGET_MS",
+        "int",
+        None,
+        "Overrides BIR_REPLAY_PLAN_BUDGET_MS where set.",
+        ceiling=270_000,
+        floor=1000,
+    ),
+    Variable(
+        "BIR_DERIVE_BUDGET_MS",
+        "int",
+        8000,
+        "How long a direct run waits for parameter derivation.",
+        ceiling=60_000,
+        floor=100,
+    ),
+    Variable(
+        "BIR_HOOK_DERIVE_BUDGET_MS",
+        "int",
+        4000,
+        "How long a hook waits for parameter derivation.",
+        ceiling=6000,
+        floor=100,
+    ),
+    Variable(
+        "BIR_PRETOOL_REPLAY_BUDGET_MS", "int", 9000, "All replay work inside one PreToolUse.", ceiling=10_000, floor=100
+    ),
+    Variable(
+        "BIR_MATCH_BUDGET_MS", "int", 1500, "How long a prompt waits for the service's match.", ceiling=6000, floor=50
+    ),
+    Variable(
+        "BIR_MATCH_SLOW_MS",
+        "int",
+        800,
+        "A match slower than this holds prompts off the match gate.",
+        ceiling=6000,
+        floor=50,
+    ),
+    Variable(
+        "BIR_SERVICE_TIMEOUT_MS",
+        "int",
+        5000,
+        "Timeout of one request to the BaseIn service.",
+        ceiling=60_000,
+        floor=100,
+    ),
+    Variable(
+        "BIR_SCENARIO_RUN_TIMEOUT_MS",
+        "int",
+        290_000,
+        "How long bir-scenario waits for /scenario/run.",
+        ceiling=290_000,
+        floor=1000,
+    ),
+    Variable("BIR_SCENARIO_DEBUG", "flag", False, "`1` makes run_scenario return raw reasons as isError."),
+    Variable("BIR_AUTH_URL", "str", None, "Base URL of the BaseIn service."),
+    Variable("BIR_TOKEN", "str", None, "Bearer token for the BaseIn service (else the stored sign-in)."),
+    Variable("BIR_DERIVE_API_KEY", "str", None, "Anthropic API key used only for parameter derivation."),
+    Variable("BIR_USE_ANTHROPIC_API_KEY", "flag", False, "`1` lets derivation use ANTHROPIC_API_KEY."),
+    Variable("BIR_DERIVE_MODEL", "str", "claude-haiku-4-5-20251001", "Model of the derivation call."),
+)
+
+VARIABLES: Mapping[str, Variable] = {v.name: v for v in _VARS}
+
+_clamped_lock = threading.Lock()
+_clamped_logged: set[tuple[str, str]] = set()
+
+
+def _variable(name: str) -> Variable:
+    try:
+        return VARIABLES[name]
+    except KeyError:
+        raise KeyError(f"{name} is not a documented BIR_* variable (add it to bir.core.config)") from None
+
+
+def _raw(name: str, env: Mapping[str, str] | None) -> str | None:
+    value = (os.environ if env is None else env).get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def _bound(var: Variable, value: float) -> float:
+    if var.ceiling is not None and value > var.ceiling:
+        key = (var.name, repr(value))
+        with _clamped_lock:
+            first = key not in _clamped_logged
+            _clamped_logged.add(key)
+        if first:
+            log_event("replay.budget_clamped", variable=var.name, value=value, ceiling=var.ceiling)
+        return var.ceiling
+    if var.floor is not None and value < var.floor:
+        raise ConfigError(f"{var.name}={value!r} is below its minimum of {var.floor}")
+    return value
+
+
+def get_int(name: str, env: Mapping[str, str] | None = None) -> int | None:
+    var = _variable(name)
+    raw = _raw(name, env)
+    if raw is None:
+        return None if var.default is None else int(var.default)
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw[:80]!r}") from None
+    return int(_bound(var, value))
+
+
+def get_float(name: str, env: Mapping[str, str] | None = None) -> float | None:
+    var = _variable(name)
+    raw = _raw(name, env)
+    if raw is None:
+        return None if var.default is None else float(var.default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw[:80]!r}") from None
+    return float(_bound(var, value))
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def get_flag(name: str, env: Mapping[str, str] | None = None) -> bool | None:
+    var = _variable(name)
+    raw = _raw(name, env)
+    if raw is None:
+        return None if var.default is None else bool(var.default)
+    low = raw.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be 1 or 0, got {raw[:80]!r}")
+
+
+def get_str(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    var = _variable(name)
+    raw = _raw(name, env)
+    if raw is None:
+        return None if var.default is None else str(var.default)
+    if var.choices and raw.lower() not in var.choices:
+        raise ConfigError(f"{name} must be one of {', '.join(var.choices)}, got {raw[:80]!r}")
+    return raw.lower() if var.choices else raw
+
+
+def get_list(name: str, env: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
+    _variable(name)
+    raw = _raw(name, env)
+    if raw is None:
+        return None
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def require_int(name: str, env: Mapping[str, str] | None = None) -> int:
+    """An int variable that has a default, as a plain int."""
+    value = get_int(name, env)
+    if value is None:
+        raise KeyError(f"{name} has no default")
+    return value
+
+
+def home(env: Mapping[str, str] | None = None) -> Path:
+    """``BIR_HOME``, or ``~/.baseinstrunner``."""
+    raw = _raw("BIR_HOME", env)
+    return Path(raw if raw is not None else "~/.baseinstrunner").expanduser()
+
+
+def clamp(name: str, value: float) -> float:
+    """Bring a programmatic value (e.g. a constructor argument) under the variable's ceiling."""
+    return _bound(_variable(name), value)
+
+
+def markdown_table() -> str:
+    """The README's table of variables."""
+    rows = ["| variable | default | ceiling | what it does |", "|---|---|---|---|"]
+    for var in _VARS:
+        default = "unset" if var.default is None else f"`{var.default}`"
+        ceiling = "" if var.ceiling is None else f"{var.ceiling:,}"
+        rows.append(f"| `{var.name}` | {default} | {ceiling} | {var.doc} |")
+    return "\n".join(rows)

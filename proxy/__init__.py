@@ -1,0 +1,1 @@
+"""Everything that speaks MCP over stdio: bir-proxy and bir-scenario."""

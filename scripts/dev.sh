@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: `setup`, `main` (setup, then the main job), `test` (setup, then checks).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv
+
+setup() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        python3 -m venv "$VENV"
+    fi
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+}
+
+main_job() {
+    "$VENV/bin/bir" bench eval --quick
+}
+
+checks() {
+    "$VENV/bin/ruff" check .
+    "$VENV/bin/ruff" format --check . >/dev/null 2>&1 || echo "note: ruff format would reformat some files" >&2
+    "$VENV/bin/mypy" -p bir
+    "$VENV/bin/mypy" --explicit-package-bases tests benchmarks examples
+    "$VENV/bin/python" -m pytest "$@"
+}
+
+cmd="${1:-test}"
+shift || true
+case "$cmd" in
+    setup) setup ;;
+    main) setup; main_job ;;
+    test) setup; checks "$@" ;;
+    *) echo "usage: scripts/dev.sh setup|main|test [pytest args]" >&2; exit 2 ;;
+esac
