@@ -169,6 +169,12 @@ _VARS: tuple[Variable, ...] = (
     Variable("BIR_DERIVE_API_KEY", "str", None, "Anthropic API key used only for parameter derivation."),
     Variable("BIR_USE_ANTHROPIC_API_KEY", "flag", False, "`1` lets derivation use ANTHROPIC_API_KEY."),
     Variable("BIR_DERIVE_MODEL", "str", "claude-haiku-4-5-20251001", "Model of the derivation call."),
+    Variable(
+        "BIR_SERVER_NAME",
+        "str",
+        None,
+        "Server key a `bir-proxy` registers under when `--server-name` is not given (else from the command).",
+    ),
 )
 
 VARIABLES: Mapping[str, Variable] = {v.name: v for v in _VARS}

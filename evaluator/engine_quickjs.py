@@ -1,0 +1,111 @@
+"""The QuickJS engine of a worker (``BIR_LOGIC_ENGINE=quickjs``), on dukpy's embedded QuickJS-NG.
+
+Every job gets a fresh QuickJS context (about a quarter of a millisecond), so nothing one job does
+can reach the next and there is nothing to repair. QuickJS drains the jobs a body queues (promise
+callbacks) inside the same call, so they run under the same limit. QuickJS has no time limit of its
+own: its interrupt handler checks Python's signals, so a ``SIGALRM`` raised into Python stops the
+script. Memory is QuickJS's fixed 128 MB and, as for V8, the supervisor's RSS watch.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import signal
+import time
+from types import FrameType
+from typing import Any, Final
+
+from bir.evaluator.engine import Outcome, bounded, memory_message, timeout_message
+from bir.evaluator.realm import factory_source, js_length, setup_script
+from bir.evaluator.wire import Job
+
+QUICKJS_MEMORY_MB: Final = 128
+_LOCATION = re.compile(r"\n\s+at .*", re.DOTALL)
+
+
+class _Stopped(BaseException):
+    """Raised from the SIGALRM handler into the running script (a BaseException: a body's own
+    ``catch`` is JavaScript and cannot see it, and nothing on our side should swallow it)."""
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped
+
+
+class _Host:
+    """dukpy's native eval calls back into this object only for exported Python functions: none."""
+
+    def _check_exported_function_exists(self, name: bytes) -> bool:
+        return False
+
+    def _call_python(self, name: bytes, args: bytes) -> None:
+        return None
+
+
+class QuickJSEngine:
+    name = "quickjs"
+
+    def __init__(self, memory_mb: int) -> None:
+        from dukpy import _dukpy
+
+        self._dukpy: Any = _dukpy
+        self._host = _Host()
+        self._memory_mb = min(memory_mb, QUICKJS_MEMORY_MB)
+        self._runner = "__bir_" + secrets.token_hex(16)
+        self._setup = setup_script(self._runner, lock=False).encode()
+        self.version = "QuickJS-NG (dukpy)"
+        signal.signal(signal.SIGALRM, _on_alarm)
+        # Fail at start, not on the first job, if the realm cannot be built.
+        self._fresh()
+
+    def _fresh(self) -> Any:
+        ctx = self._dukpy.create_context()
+        self._host._ctx = ctx  # type: ignore[attr-defined]
+        self._dukpy.eval_string(self._host, self._setup, b"{}", False, "<realm>")
+        return ctx
+
+    def run(self, job: Job) -> Outcome:
+        import json
+
+        factory = factory_source(job.kind, job.body)
+        run = f'{self._runner}.r("{job.key}", {json.dumps(job.args, ensure_ascii=False)})'
+        # dukpy defines its `dukpy` global afresh on every call; the body must not see it.
+        script = (
+            f'delete globalThis.dukpy; ({self._runner}.d("{job.key}", {js_length(factory)}, {factory}) ? {run} : "C-")'
+        )
+        started = time.monotonic()
+        try:
+            self._fresh()
+            remaining = job.timeout_ms / 1000.0 - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(remaining, 0.001))
+            try:
+                raw = self._dukpy.eval_string(self._host, script.encode(), b"{}", False, "<logic>")
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except _Stopped:
+            return Outcome(ok=False, reason="timeout", message=timeout_message(job.kind, job.timeout_ms))
+        except self._dukpy.JSRuntimeError as exc:
+            text = _LOCATION.sub("", str(exc)).replace(self._runner, "runner")
+            if "out of memory" in text:
+                return Outcome(ok=False, reason="memory", message=memory_message(job.kind, self._memory_mb))
+            if text.startswith("SyntaxError"):
+                return Outcome(ok=False, reason="compile", message=bounded(f"{job.kind} did not compile: {text}"))
+            return Outcome(ok=False, reason="threw", message=bounded(text))
+        value = json.loads(raw.decode("utf-8")) if raw is not None else None
+        if not isinstance(value, str) or not value:
+            return Outcome(ok=False, reason="threw", message="the engine returned nothing")
+        tag, rest = value[0], value[2:]
+        if tag == "O":
+            return Outcome(ok=True, value=rest)
+        if tag == "T":
+            if rest.startswith("InternalError: out of memory"):
+                return Outcome(ok=False, reason="memory", message=memory_message(job.kind, self._memory_mb))
+            return Outcome(ok=False, reason="threw", message=bounded(rest))
+        if tag == "C":
+            return Outcome(ok=False, reason="compile", message=f"{job.kind} is not a function body")
+        return Outcome(ok=False, reason="result", message=bounded(f"{job.kind} {rest}"))
+
+    def settle(self, deadline: float) -> str:
+        # Each job had a context of its own, already dropped.
+        return ""

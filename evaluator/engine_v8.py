@@ -1,0 +1,215 @@
+"""The V8 engine of a worker: one mini-racer isolate, one engine round trip per job.
+
+mini-racer's public ``MiniRacer.eval`` hops through an asyncio thread and installs ``setTimeout`` on
+the global object; a worker needs neither. So this drives mini-racer's ``Context`` directly (the
+version is pinned in pyproject.toml): the worker thread posts an eval to the isolate's thread and
+waits on mini-racer's own result queue, with the time limit enforced by cancelling the task (V8
+``TerminateExecution``). Work a body queued for later (promise callbacks) runs on the isolate's
+thread right after the eval returns; ``settle`` runs behind it, so a runaway callback shows up as a
+settle that does not finish, and the worker exits.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import secrets
+import time
+from contextlib import AbstractContextManager
+from typing import Any, Final
+
+from bir.evaluator.engine import Outcome, RealmLost, Wedged, bounded, memory_message, timeout_message
+from bir.evaluator.realm import factory_source, js_length, setup_script
+from bir.evaluator.wire import Job
+
+# How long a cancelled eval may take to come back before the isolate is declared wedged.
+CANCEL_GRACE_S: Final = 0.25
+MAX_DEFINED: Final = 1000
+
+_flags_applied = False
+
+
+def _init_v8(memory_mb: int) -> None:
+    global _flags_applied
+    if _flags_applied:
+        return
+    from py_mini_racer import init_mini_racer
+
+    # --single-threaded is mini-racer's default and must stay; the flags replace it. V8's own heap
+    # ceiling sits well above our limit so that the hard limit (or the supervisor's RSS watch) acts
+    # first, and a V8 fatal OOM stays a backstop.
+    init_mini_racer(
+        flags=(
+            "--single-threaded",
+            "--disallow-code-generation-from-strings",
+            f"--max-old-space-size={max(256, memory_mb * 4 + 128)}",
+        )
+    )
+    _flags_applied = True
+
+
+class V8Engine:
+    name = "v8"
+
+    def __init__(self, memory_mb: int) -> None:
+        _init_v8(memory_mb)
+        from py_mini_racer import _mini_racer
+
+        self._memory_mb = memory_mb
+        self._context_maker: AbstractContextManager[Any] = _mini_racer._make_context()
+        self._ctx: Any = self._context_maker.__enter__()
+        self._ctx.set_hard_memory_limit(memory_mb * 1024 * 1024)
+        self._queue: queue.Queue[Any] = self._ctx._non_cancelable_mr_task_results_queue
+        self._runner = "__bir_" + secrets.token_hex(16)
+        self.version = str(self._ctx.v8_version())
+        self._defined: set[str] = set()
+        self._syntax_may_queue: dict[str, bool] = {}
+        status, value = self._eval(setup_script(self._runner), 30.0)
+        if status != "ok":
+            raise RuntimeError(f"the V8 realm did not set up: {value}")
+        self.realm_stats = str(value)
+
+    # -- the one round trip ------------------------------------------------------------------------
+
+    def _eval(self, code: str, timeout_s: float) -> tuple[str, object]:
+        """("ok", value) | ("timeout", None) | ("memory", None) | ("compile", msg) | ("error", msg).
+
+        Raises:
+            Wedged: the isolate did not stop when cancelled.
+        """
+        from py_mini_racer import JSEvalException, JSParseException
+
+        ctx = self._ctx
+        handle = ctx._python_to_value_handle(code)  # kept alive until the answer arrives
+        task = ctx._dll.mr_eval(ctx._ctx, handle.raw, 0)
+        cancelled = False
+        try:
+            answer = self._queue.get(timeout=max(timeout_s, 0.0005))
+        except queue.Empty:
+            cancelled = True
+            ctx._dll.mr_cancel_task(ctx._ctx, task)
+            try:
+                answer = self._queue.get(timeout=CANCEL_GRACE_S)
+            except queue.Empty:
+                raise Wedged from None
+        del handle
+        try:
+            return "ok", ctx._value_handle_to_python(answer)
+        except JSParseException as exc:
+            return "compile", str(exc)
+        except JSEvalException as exc:
+            if ctx.was_hard_memory_limit_reached():
+                return "memory", None
+            if cancelled:
+                return "timeout", None
+            return "error", str(exc) or "the engine stopped the evaluation"
+
+    # -- jobs --------------------------------------------------------------------------------------
+
+    def run(self, job: Job) -> Outcome:
+        key = job.key
+        if not _is_key(key):
+            return Outcome(ok=False, reason="compile", message="malformed job key")
+        timeout_s = job.timeout_ms / 1000.0
+        started = time.monotonic()
+        for attempt in range(2):
+            code = self._script(job, define=key not in self._defined or attempt > 0)
+            status, value = self._eval(code, timeout_s - (time.monotonic() - started))
+            if status == "timeout":
+                # Stopped part-way: what it changed was not undone in the same call.
+                return Outcome(
+                    ok=False, reason="timeout", message=timeout_message(job.kind, job.timeout_ms), settle=True
+                )
+            if status == "memory":
+                return Outcome(
+                    ok=False,
+                    reason="memory",
+                    message=memory_message(job.kind, self._memory_mb),
+                    retire="the isolate reached its memory limit",
+                )
+            if status == "compile":
+                return Outcome(ok=False, reason="compile", message=bounded(_compile_message(job.kind, str(value))))
+            if status == "error" or not isinstance(value, str) or not value:
+                text = str(value).replace(self._runner, "runner")
+                return Outcome(ok=False, reason="threw", message=bounded(text), settle=True)
+            tag, flag, rest = value[0], value[1:2], value[2:]
+            if tag == "M":
+                self._defined.discard(key)
+                continue
+            if tag == "X":
+                raise RealmLost
+            if tag == "C":
+                return Outcome(
+                    ok=False,
+                    reason="compile",
+                    message=f"{job.kind} is not a function body: it closes the function early",
+                    retire="a body closed its function early",
+                )
+            self._remember(key, job.body)
+            settle = flag in ("q", "u") or self._syntax_may_queue[key]
+            retire = "a body left the realm in a state that cannot be restored" if flag in ("t", "u") else None
+            if tag == "O":
+                return Outcome(ok=True, value=rest, settle=settle, retire=retire)
+            if tag == "T":
+                return Outcome(ok=False, reason="threw", message=bounded(rest), settle=settle, retire=retire)
+            return Outcome(
+                ok=False, reason="result", message=bounded(f"{job.kind} {rest}"), settle=settle, retire=retire
+            )
+        return Outcome(ok=False, reason="compile", message=f"{job.kind} could not be compiled")
+
+    def _script(self, job: Job, *, define: bool) -> str:
+        import json
+
+        run = f'{self._runner}.r("{job.key}", {json.dumps(job.args, ensure_ascii=False)})'
+        if not define:
+            return run
+        factory = factory_source(job.kind, job.body)
+        # A sloppy script, so a body is sloppy unless it opens with "use strict", as under new Function.
+        return f'({self._runner}.d("{job.key}", {js_length(factory)}, {factory}) ? {run} : "C-")'
+
+    def _remember(self, key: str, body: str) -> None:
+        if len(self._defined) >= MAX_DEFINED:
+            self._defined.clear()
+            self._syntax_may_queue.clear()
+            # The realm bounds its own cache the same way; keys it dropped answer "M" and are resent.
+        self._defined.add(key)
+        # Promise machinery the realm cannot see being touched is syntax: async functions, await,
+        # dynamic import. Syntax cannot be built from strings here, so the body's text tells.
+        self._syntax_may_queue[key] = "async" in body or "import" in body
+
+    def settle(self, deadline: float) -> str:
+        status, value = self._eval(f"{self._runner}.c()", deadline - time.monotonic())
+        if status == "timeout":
+            raise Wedged
+        if status != "ok":
+            return f"the realm could not be checked ({status})"
+        if value:
+            return str(value)
+        return ""
+
+    def heap_used(self) -> int:
+        stats = self._ctx.heap_stats()
+        import json
+
+        data = json.loads(stats) if isinstance(stats, str) else {}
+        return int(data.get("used_heap_size", 0))
+
+    def collect(self) -> None:
+        self._ctx.low_memory_notification()
+
+
+_PARSE_LOCATION = re.compile(r"^<anonymous>:(\d+): (.*)$")
+
+
+def _compile_message(kind: str, raw: str) -> str:
+    """mini-racer's parse error names our wrapper script and shows its line; say it of the body."""
+    first = raw.split("\n", 1)[0]
+    match = _PARSE_LOCATION.match(first)
+    if match is None:
+        return f"{kind} did not compile: SyntaxError"
+    line = max(int(match.group(1)) - 1, 1)  # the body starts on the wrapper's second line
+    return f"{kind} did not compile: {match.group(2)} (line {line} of the body)"
+
+
+def _is_key(key: str) -> bool:
+    return len(key) == 32 and all(c in "0123456789abcdef" for c in key)

@@ -1,0 +1,501 @@
+"""``EvaluatorPool``: N supervised worker processes that run logic bodies, one job each at a time.
+
+The supervisor's vocabulary (after gunicorn's arbiter): ``_spawn`` a worker into a slot, ``_dispatch``
+queued jobs to idle workers, ``_murder`` a worker past its hard deadline or memory, ``_reap`` one that
+exited, ``_recycle`` one that served its jobs. Every job ends exactly once: with a result, or a
+``LogicError``, whatever happens to its worker.
+
+Budgets: each job is bounded by ``timeout_ms`` inside the isolate and by a SIGKILL from here a little
+later; memory by the engine's limit and by the worker's RSS, watched here. A worker is replaced
+after ``max_jobs`` jobs (plus up to 10% jitter, so workers do not all recycle at once); its
+replacement is started ahead, and the old worker keeps serving until the new one is ready, so
+recycling costs no job any latency. A job whose worker died runs once more before its body is
+blamed; a body that overran its time or memory, or took a worker down twice, is refused with the
+same message for ten minutes.
+
+asyncio only (the control server and the proxies run on asyncio).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import random
+import shutil
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final
+
+import msgspec
+
+from bir.core import config
+from bir.core.log import log_event
+from bir.evaluator.engine import memory_message, timeout_message
+from bir.evaluator.errors import LogicError, Reason, as_reason
+from bir.evaluator.process import WorkerEvents, WorkerProcess
+from bir.evaluator.realm import PARAMETERS
+from bir.evaluator.refusals import RefusalLedger
+from bir.evaluator.wire import Codec, Job, Result
+
+START_DEADLINE_S: Final = 30.0
+RSS_POLL_S: Final = 0.02
+MAX_ATTEMPTS: Final = 2
+MAX_SPAWN_FAILURES: Final = 3
+RECYCLED: Final = "served its jobs"
+_json_decoder = msgspec.json.Decoder(dict[str, Any])
+_json_encoder = msgspec.json.Encoder()
+
+
+@dataclass(eq=False)
+class _JobRecord:
+    id: int
+    kind: str
+    key: str
+    body: str
+    args: str
+    future: asyncio.Future[dict[str, Any]]
+    attempts: int = 0
+    queued_at: float = field(default_factory=time.monotonic)
+    kill_timer: asyncio.TimerHandle | None = None
+
+    def wire(self, timeout_ms: int) -> Job:
+        return Job(id=self.id, kind=self.kind, key=self.key, body=self.body, args=self.args, timeout_ms=timeout_ms)
+
+
+class EvaluatorPool(WorkerEvents):
+    """A supervised pool of logic workers.
+
+    Every argument is optional: the ``BIR_LOGIC_*`` variables, then their defaults. Use it as an
+    async context manager; ``evaluate`` runs one body.
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        timeout_ms: int | None = None,
+        memory_mb: int | None = None,
+        max_jobs: int | None = None,
+        *,
+        engine: str | None = None,
+        queue_max: int | None = None,
+    ) -> None:
+        self.workers = _setting("BIR_LOGIC_WORKERS", workers)
+        self.timeout_ms = _setting("BIR_LOGIC_TIMEOUT_MS", timeout_ms)
+        self.memory_mb = _setting("BIR_LOGIC_MEMORY_MB", memory_mb)
+        self.max_jobs = _setting("BIR_LOGIC_MAX_JOBS", max_jobs)
+        self.queue_max = _setting("BIR_LOGIC_QUEUE", queue_max)
+        chosen = engine if engine is not None else config.get_str("BIR_LOGIC_ENGINE")
+        if chosen not in ("v8", "quickjs"):
+            raise config.ConfigError(f"engine must be v8 or quickjs, got {chosen!r}")
+        self.engine = chosen
+        self._codec = Codec()
+        self._refusals = RefusalLedger()
+        self._live: list[WorkerProcess] = []  # every worker that answered its handshake, until reaped
+        self._procs: set[WorkerProcess] = set()  # every process started, until it exited
+        self._idle: deque[WorkerProcess] = deque()
+        self._pending: deque[_JobRecord] = deque()
+        self._next_id = 0
+        self._closed = False
+        self._started = False
+        self._cwd: str | None = None
+        self._spawn_failures = 0
+        self._spawning = 0
+        self._standby_for: dict[WorkerProcess, asyncio.Task[Any]] = {}
+        self._monitor: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stats: dict[str, int] = dict.fromkeys(
+            (
+                "jobs",
+                "workers_started",
+                "recycled",
+                "timeouts",
+                "memory_kills",
+                "crashes",
+                "refused",
+                "overloaded",
+                "retries",
+                "cold_waits",
+                "retired",
+            ),
+            0,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> EvaluatorPool:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start the workers and wait until each has answered its handshake.
+
+        Raises:
+            RuntimeError: no worker could start.
+        """
+        if self._started:
+            return
+        self._started = True
+        self._cwd = tempfile.mkdtemp(prefix="bir-eval-")
+        results = await asyncio.gather(*(self._spawn() for _ in range(self.workers)), return_exceptions=True)
+        if not any(isinstance(r, WorkerProcess) for r in results):
+            first = next((r for r in results if isinstance(r, BaseException)), None)
+            await self.close()
+            raise RuntimeError(f"the evaluator's workers could not start: {first}")
+        self._monitor = asyncio.get_running_loop().create_task(self._watch_memory())
+        log_event(
+            "evaluator.started",
+            workers=self.workers,
+            engine=self.engine,
+            timeout_ms=self.timeout_ms,
+            memory_mb=self.memory_mb,
+            max_jobs=self.max_jobs,
+        )
+
+    async def close(self) -> None:
+        """Fail queued jobs with ``closed``, stop every worker (bounded), remove the working folder."""
+        if self._closed:
+            return
+        self._closed = True
+        while self._pending:
+            record = self._pending.popleft()
+            self._fail(record, "closed", "the evaluator pool is closed")
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+        spawning = list(self._tasks)
+        for task in spawning:
+            task.cancel()
+        await asyncio.gather(*spawning, return_exceptions=True)
+        workers = list(self._procs)
+        for worker in workers:
+            worker.retiring = True
+            worker.shutdown()
+        if not await _all_exited(workers, 1.0):
+            for worker in workers:
+                worker.kill("close")
+            await _all_exited(workers, 2.0)
+        for worker in workers:
+            if worker.current is not None:
+                self._finish_record(worker, LogicError("closed", "the evaluator pool is closed"))
+            self._standby_for.pop(worker, None)
+        if self._cwd is not None:
+            shutil.rmtree(self._cwd, ignore_errors=True)
+
+    # -- the API -----------------------------------------------------------------------------------------
+
+    async def evaluate(self, kind: str, body: str, *args: object) -> dict[str, Any]:
+        """Run one logic body with the contract's arguments and answer its result object.
+
+        Raises:
+            LogicError: the body threw, did not compile, returned something refused, overran its time
+                or memory, is refused for a recent overrun, took its worker down twice, or the pool
+                is overloaded or closed.
+            TypeError: an argument is not JSON data.
+        """
+        if kind not in PARAMETERS:
+            raise LogicError("compile", f"unknown logic kind {kind[:60]!r}", kind)
+        if self._closed or not self._started:
+            why = "the evaluator pool is closed" if self._closed else "the evaluator pool is not started"
+            raise LogicError("closed", why, kind)
+        key = hashlib.sha256(f"{kind}\0{body}".encode()).hexdigest()[:32]
+        refusal = self._refusals.check(key)
+        if refusal is not None:
+            self._stats["refused"] += 1
+            raise LogicError("refused", refusal.message, kind)
+        if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._ready_workers():
+            raise LogicError("crashed", "the evaluator's workers cannot start (see evaluator.spawn_failed)", kind)
+        if len(self._pending) >= self.queue_max:
+            self._stats["overloaded"] += 1
+            raise LogicError(
+                "overloaded",
+                f"the evaluator is overloaded: {len(self._pending)} jobs are waiting"
+                f" (BIR_LOGIC_QUEUE={self.queue_max})",
+                kind,
+            )
+        try:
+            args_text = _json_encoder.encode(list(args)).decode()
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise TypeError(f"logic arguments must be JSON data: {exc}") from None
+        self._next_id += 1
+        loop = asyncio.get_running_loop()
+        record = _JobRecord(self._next_id, kind, key, body, args_text, loop.create_future())
+        self._pending.append(record)
+        self._dispatch()
+        try:
+            return await record.future
+        except asyncio.CancelledError:
+            # Queued: it never starts. Running: it finishes under its own limit and is discarded.
+            with contextlib.suppress(ValueError):
+                self._pending.remove(record)
+            raise
+
+    def stats(self) -> dict[str, int]:
+        """Counters since the pool started, and the current queue and worker counts."""
+        out = dict(self._stats)
+        out["queued"] = len(self._pending)
+        out["workers_live"] = sum(1 for w in self._live if w.state == "ready")
+        out["refusing"] = len(self._refusals)
+        return out
+
+    # -- supervision -------------------------------------------------------------------------------------
+
+    async def _spawn(self) -> WorkerProcess:
+        assert self._cwd is not None
+        budget = self.max_jobs + random.randint(0, self.max_jobs // 10)
+        worker = WorkerProcess(
+            self, engine=self.engine, memory_mb=self.memory_mb, cwd=self._cwd, job_budget=budget, codec=self._codec
+        )
+        self._spawning += 1
+        self._procs.add(worker)
+        try:
+            await worker.start(START_DEADLINE_S)
+        except asyncio.CancelledError:
+            self._spawning -= 1
+            raise
+        except BaseException as exc:
+            self._spawning -= 1
+            self._spawn_failures += 1
+            log_event("evaluator.spawn_failed", error=str(exc)[:500], failures=self._spawn_failures)
+            if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._ready_workers():
+                while self._pending:
+                    self._fail(self._pending.popleft(), "crashed", f"the evaluator's workers cannot start: {exc}")
+            raise
+        self._spawning -= 1
+        self._spawn_failures = 0
+        self._stats["workers_started"] += 1
+        if self._closed:
+            worker.kill("close")
+            return worker
+        self._live.append(worker)
+        self._idle.append(worker)
+        self._dispatch()
+        return worker
+
+    def _spawn_soon(self, delay_s: float = 0.0) -> asyncio.Task[Any] | None:
+        if self._closed:
+            return None
+
+        async def go() -> WorkerProcess | None:
+            if delay_s:
+                await asyncio.sleep(delay_s)
+            try:
+                return await self._spawn()
+            except Exception:  # noqa: BLE001 - logged in _spawn; the next need will try again
+                if not self._closed and self._live_count() < self.workers:
+                    self._spawn_soon(min(30.0, 0.5 * 2 ** min(self._spawn_failures, 6)))
+                return None
+
+        task = asyncio.get_running_loop().create_task(go())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _ready_workers(self) -> list[WorkerProcess]:
+        return [w for w in self._live if w.state == "ready" and not w.retiring]
+
+    def _live_count(self) -> int:
+        return sum(1 for w in self._live if not w.retiring) + self._spawning
+
+    def _dispatch(self) -> None:
+        while self._pending and self._idle:
+            worker = self._idle.popleft()
+            if worker.state != "ready" or worker.retiring or worker.current is not None:
+                continue
+            record = self._pending.popleft()
+            if record.future.done():
+                self._idle.appendleft(worker)
+                continue
+            self._run_on(worker, record)
+        if self._pending and not self._idle and not self._ready_workers() and not self._closed:
+            self._stats["cold_waits"] += 1
+            if self._live_count() < self.workers:
+                self._spawn_soon()
+
+    def _run_on(self, worker: WorkerProcess, record: _JobRecord) -> None:
+        worker.current = record
+        if not worker.send(record.wire(self.timeout_ms)):
+            worker.current = None
+            self._pending.appendleft(record)
+            worker.kill("pipe")
+            return
+        grace_ms = max(250, self.timeout_ms // 4)
+        record.kill_timer = asyncio.get_running_loop().call_later(
+            (self.timeout_ms + grace_ms) / 1000.0, self._murder, worker, record, "timeout"
+        )
+
+    def _murder(self, worker: WorkerProcess, record: _JobRecord, why: str) -> None:
+        """The worker is past its hard deadline or memory: kill it and fail its job as the body's fault."""
+        if worker.current is not record:
+            return
+        worker.kill(why)
+        if why == "timeout":
+            error = LogicError("timeout", timeout_message(record.kind, self.timeout_ms), record.kind)
+        else:
+            error = LogicError("memory", memory_message(record.kind, self.memory_mb), record.kind)
+        self._finish_record(worker, error)
+        log_event("evaluator.worker_killed", pid=worker.pid, why=why, kind=record.kind)
+
+    def _finish_record(self, worker: WorkerProcess, outcome: dict[str, Any] | LogicError) -> None:
+        record = worker.current
+        if not isinstance(record, _JobRecord):
+            return
+        worker.current = None
+        if record.kill_timer is not None:
+            record.kill_timer.cancel()
+        self._stats["jobs"] += 1
+        if isinstance(outcome, LogicError):
+            if outcome.reason in ("timeout", "memory"):
+                self._stats["timeouts" if outcome.reason == "timeout" else "memory_kills"] += 1
+                self._refusals.record(record.key, outcome.reason, outcome.message)
+            elif outcome.reason == "crashed":
+                self._stats["crashes"] += 1
+            if not record.future.done():
+                record.future.set_exception(outcome)
+        elif not record.future.done():
+            record.future.set_result(outcome)
+
+    def _fail(self, record: _JobRecord, reason: Reason, message: str) -> None:
+        if not record.future.done():
+            record.future.set_exception(LogicError(reason, message, record.kind))
+
+    # -- events from workers -------------------------------------------------------------------------------
+
+    def on_result(self, worker: WorkerProcess, result: Result) -> None:
+        record = worker.current
+        if not isinstance(record, _JobRecord) or record.id != result.id:
+            return
+        if result.ok:
+            try:
+                value: dict[str, Any] | LogicError = _json_decoder.decode(result.value or "")
+            except msgspec.DecodeError:
+                value = LogicError("result", f"{record.kind} returned a result that is not a JSON object", record.kind)
+        else:
+            value = LogicError(as_reason(result.reason), result.message or "the body failed", record.kind)
+        self._finish_record(worker, value)
+        worker.jobs_done += 1
+        self._after_job(worker)
+
+    def _after_job(self, worker: WorkerProcess) -> None:
+        if worker.state != "ready" or worker.retiring:
+            return
+        margin = max(1, worker.job_budget // 10)
+        if worker not in self._standby_for and worker.jobs_done >= worker.job_budget - margin and not self._closed:
+            self._start_standby(worker)
+        if worker.jobs_done >= worker.job_budget and _ready(self._standby_for.get(worker)):
+            self._retire(worker, RECYCLED)
+            return
+        self._idle.append(worker)
+        self._dispatch()
+
+    def _start_standby(self, worker: WorkerProcess) -> None:
+        """Start the replacement of a worker near its job budget. The old worker keeps serving until
+        the replacement is ready, so no job waits for a worker to start."""
+        task = self._spawn_soon()
+        if task is None:
+            return
+        self._standby_for[worker] = task
+
+        def done(t: asyncio.Task[Any]) -> None:
+            if not _ready(t):
+                self._standby_for.pop(worker, None)  # a later job tries again
+                return
+            # A worker still busy is retired by _after_job when its job is done.
+            over = worker.jobs_done >= worker.job_budget
+            if worker.state == "ready" and not worker.retiring and over and worker.current is None:
+                self._retire(worker, RECYCLED)
+
+        task.add_done_callback(done)
+
+    def _retire(self, worker: WorkerProcess, why: str) -> None:
+        worker.retiring = True
+        with contextlib.suppress(ValueError):
+            self._idle.remove(worker)
+        self._stats["retired"] += 1
+        if why == RECYCLED:
+            self._stats["recycled"] += 1
+        log_event("evaluator.worker_retired", pid=worker.pid, why=why, jobs=worker.jobs_done)
+        if worker.current is None:
+            worker.shutdown()
+        if self._live_count() < self.workers:
+            self._spawn_soon()
+
+    def on_retire(self, worker: WorkerProcess, why: str) -> None:
+        if not worker.retiring:
+            self._retire(worker, why)
+
+    def on_exit(self, worker: WorkerProcess, returncode: int | None) -> None:
+        self._procs.discard(worker)
+        self._standby_for.pop(worker, None)
+        with contextlib.suppress(ValueError):
+            self._live.remove(worker)
+        with contextlib.suppress(ValueError):
+            self._idle.remove(worker)
+        record = worker.current
+        if isinstance(record, _JobRecord):
+            if record.kill_timer is not None:
+                record.kill_timer.cancel()
+            worker.current = None
+            if self._closed:
+                self._fail(record, "closed", "the evaluator pool is closed")
+            else:
+                record.attempts += 1
+                if record.attempts < MAX_ATTEMPTS and not self._closed:
+                    self._stats["retries"] += 1
+                    self._pending.appendleft(record)
+                else:
+                    worker.current = record
+                    message = f"{record.kind} took its worker down twice"
+                    self._finish_record(worker, LogicError("crashed", message, record.kind))
+                    self._refusals.record(record.key, "crashed", message)
+        if worker.kill_reason is None and not worker.retiring:
+            log_event("evaluator.worker_died", pid=worker.pid, returncode=returncode, stderr=worker.stderr_tail[-500:])
+        if not self._closed and self._live_count() < self.workers:
+            self._spawn_soon()
+        self._dispatch()
+
+    # -- memory ----------------------------------------------------------------------------------------------
+
+    async def _watch_memory(self) -> None:
+        limit_growth = (2 * self.memory_mb + 32) * 1024 * 1024
+        while not self._closed:
+            await asyncio.sleep(RSS_POLL_S)
+            for worker in list(self._live):
+                record = worker.current
+                if not isinstance(record, _JobRecord) or worker.state != "ready":
+                    continue
+                if worker.rss() > worker.baseline_rss + limit_growth:
+                    self._murder(worker, record, "memory")
+
+
+async def _all_exited(workers: list[WorkerProcess], timeout_s: float) -> bool:
+    try:
+        await asyncio.wait_for(asyncio.gather(*(w.exited.wait() for w in workers)), timeout_s)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _ready(task: asyncio.Task[Any] | None) -> bool:
+    return (
+        task is not None
+        and task.done()
+        and not task.cancelled()
+        and task.exception() is None
+        and task.result() is not None
+    )
+
+
+def _setting(name: str, given: int | None) -> int:
+    if given is None:
+        return config.require_int(name)
+    return int(config.clamp(name, given))

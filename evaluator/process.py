@@ -1,0 +1,228 @@
+"""One worker process as the supervisor sees it: spawn, handshake, frames in and out, kill.
+
+Workers are spawned (fork+exec of a fresh interpreter; never a fork of a process with V8 loaded)
+with an empty environment, an empty working directory, only their three pipes, and a session of
+their own so a terminal's signals do not reach them; the supervisor decides when they end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from typing import Final, Literal
+
+from bir.core.log import log_event
+from bir.evaluator.wire import (
+    PROTOCOL_VERSION,
+    Codec,
+    FrameDecoder,
+    FrameTooLarge,
+    FromWorker,
+    Hello,
+    ProtocolError,
+    Result,
+    Shutdown,
+    ToWorker,
+)
+
+STDERR_TAIL_BYTES: Final = 4096
+MAX_STDERR_LINES_LOGGED: Final = 20
+
+State = Literal["starting", "ready", "dead"]
+
+
+class WorkerEvents:
+    """What a worker reports to its pool (the pool implements these)."""
+
+    def on_result(self, worker: WorkerProcess, result: Result) -> None: ...
+    def on_retire(self, worker: WorkerProcess, why: str) -> None: ...
+    def on_exit(self, worker: WorkerProcess, returncode: int | None) -> None: ...
+
+
+class _Protocol(asyncio.SubprocessProtocol):
+    def __init__(self, worker: WorkerProcess) -> None:
+        self._worker = worker
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        if fd == 1:
+            self._worker._feed(raw)
+        elif fd == 2:
+            self._worker._feed_stderr(raw)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # Called once the process has exited *and* its pipes are drained, so a frame the worker
+        # wrote just before it died (a Blame, a last Result) is handled before its exit.
+        self._worker._exited()
+
+
+class WorkerProcess:
+    """A running worker. ``current`` is the job it is working on, if any."""
+
+    def __init__(
+        self,
+        events: WorkerEvents,
+        *,
+        engine: str,
+        memory_mb: int,
+        cwd: str,
+        job_budget: int,
+        codec: Codec,
+    ) -> None:
+        self._events = events
+        self._engine = engine
+        self._memory_mb = memory_mb
+        self._cwd = cwd
+        self._codec = codec
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._stdin: asyncio.WriteTransport | None = None
+        self._hello: asyncio.Future[Hello] | None = None
+        self._stderr_tail = bytearray()
+        self._stderr_lines_logged = 0
+        self.state: State = "starting"
+        self.pid: int | None = None
+        self.job_budget = job_budget
+        self.jobs_done = 0
+        self.current: object | None = None  # the pool's job record
+        self.kill_reason: str | None = None  # set when the supervisor killed it on purpose
+        self.retiring = False
+        self.baseline_rss = 0
+        self.exited = asyncio.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    async def start(self, deadline_s: float) -> Hello:
+        """Spawn and wait for the handshake.
+
+        Raises:
+            RuntimeError: the worker did not start, or speaks another protocol version.
+        """
+        loop = asyncio.get_running_loop()
+        self._hello = loop.create_future()
+        # Retrieved here so that a start abandoned part-way leaves no unretrieved exception behind.
+        self._hello.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        command = [
+            sys.executable,
+            "-I",
+            "-B",
+            "-m",
+            "bir.evaluator.worker",
+            "--engine",
+            self._engine,
+            "--memory-mb",
+            str(self._memory_mb),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        transport, _ = await loop.subprocess_exec(
+            lambda: _Protocol(self),
+            *command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={},
+            cwd=self._cwd,
+            close_fds=True,
+            start_new_session=True,
+        )
+        self._transport = transport
+        self.pid = transport.get_pid()
+        stdin = transport.get_pipe_transport(0)
+        assert isinstance(stdin, asyncio.WriteTransport)
+        self._stdin = stdin
+        try:
+            hello = await asyncio.wait_for(asyncio.shield(self._hello), deadline_s)
+        except BaseException:
+            self.kill("start")
+            raise
+        if hello.protocol != PROTOCOL_VERSION:
+            self.kill("protocol")
+            raise RuntimeError(f"worker speaks protocol {hello.protocol}, the pool {PROTOCOL_VERSION}")
+        self.state = "ready"
+        self.baseline_rss = _rss(self.pid)
+        return hello
+
+    def send(self, message: ToWorker) -> bool:
+        if self._stdin is None or self._stdin.is_closing() or self.state == "dead":
+            return False
+        self._stdin.write(self._codec.encode(message))
+        return True
+
+    def shutdown(self) -> None:
+        """Ask the worker to exit after what it is doing; it also exits on EOF."""
+        self.send(Shutdown())
+        if self._stdin is not None and not self._stdin.is_closing():
+            self._stdin.close()
+
+    def kill(self, reason: str) -> None:
+        if self.kill_reason is None:
+            self.kill_reason = reason
+        if self.pid is not None and self.state != "dead":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def rss(self) -> int:
+        return _rss(self.pid) if self.pid is not None and self.state != "dead" else 0
+
+    @property
+    def stderr_tail(self) -> str:
+        return self._stderr_tail.decode("utf-8", "replace")
+
+    # -- from the protocol -----------------------------------------------------------------------------
+
+    def _feed(self, data: bytes) -> None:
+        self._decoder.feed(data)
+        try:
+            while (payload := self._decoder.next_frame()) is not None:
+                self._dispatch(self._codec.decode_from_worker(payload))
+        except (FrameTooLarge, ProtocolError) as exc:
+            log_event("evaluator.protocol_error", pid=self.pid, error=str(exc))
+            self.kill("protocol")
+
+    def _dispatch(self, message: FromWorker) -> None:
+        if isinstance(message, Result):
+            self._events.on_result(self, message)
+        elif isinstance(message, Hello):
+            if self._hello is not None and not self._hello.done():
+                self._hello.set_result(message)
+        else:
+            self._events.on_retire(self, message.why)
+
+    def _feed_stderr(self, data: bytes) -> None:
+        self._stderr_tail += data
+        if len(self._stderr_tail) > STDERR_TAIL_BYTES:
+            del self._stderr_tail[: len(self._stderr_tail) - STDERR_TAIL_BYTES]
+        if self._stderr_lines_logged < MAX_STDERR_LINES_LOGGED:
+            for line in data.decode("utf-8", "replace").splitlines():
+                if line.strip() and self._stderr_lines_logged < MAX_STDERR_LINES_LOGGED:
+                    self._stderr_lines_logged += 1
+                    log_event("evaluator.worker_stderr", pid=self.pid, line=line)
+
+    def _exited(self) -> None:
+        if self.state == "dead":
+            return
+        self.state = "dead"
+        returncode = self._transport.get_returncode() if self._transport is not None else None
+        if self._hello is not None and not self._hello.done():
+            self._hello.set_exception(
+                RuntimeError(f"worker exited with {returncode} before its handshake: {self.stderr_tail[-500:]}")
+            )
+        if self._transport is not None:
+            self._transport.close()
+        self._events.on_exit(self, returncode)
+        self.exited.set()
+
+
+def _rss(pid: int | None) -> int:
+    if pid is None:
+        return 0
+    try:
+        import psutil
+
+        return int(psutil.Process(pid).memory_info().rss)
+    except Exception:  # noqa: BLE001 - a process that is gone has no RSS to speak of
+        return 0

@@ -1,0 +1,365 @@
+"""The JavaScript realm a logic body sees in the V8 worker, and the runner that calls bodies.
+
+``setup_script(runner)`` strips the global object to the logic contract, locks the intrinsics, and
+binds the runner to a script-scope ``const`` whose name is random per worker: script-scope bindings
+are invisible to reflection, and a body cannot name what it cannot know. The runner is strict code
+(strict callers are censored from ``fn.caller``) that only uses intrinsics captured before any body
+ran, called through a captured ``Reflect.apply``.
+
+Isolation between evaluations, without freezing everything: most intrinsics are frozen once; a small
+*watched* set that V8 keeps fast paths for (freezing ``Array.prototype`` made array work about 4×
+slower), or that ordinary code assigns through (``err.name = …`` on an Error), stays as it is and is
+compared against a snapshot after every job, and repaired. What cannot be repaired (a property made
+non-configurable, an object made non-extensible) taints the realm and the worker retires.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Globals the contract removes. Names missing in this V8 build are skipped.
+REMOVED_GLOBALS: Final = (
+    "console",
+    "WebAssembly",
+    "SharedArrayBuffer",
+    "ArrayBuffer",
+    "DataView",
+    "Atomics",
+    "FinalizationRegistry",
+    "WeakRef",
+    "Int8Array",
+    "Uint8Array",
+    "Uint8ClampedArray",
+    "Int16Array",
+    "Uint16Array",
+    "Int32Array",
+    "Uint32Array",
+    "Float16Array",
+    "Float32Array",
+    "Float64Array",
+    "BigInt64Array",
+    "BigUint64Array",
+    "setTimeout",
+    "clearTimeout",
+    "setInterval",
+    "clearInterval",
+    "queueMicrotask",
+    "d8",
+    "gc",
+)
+
+# Legacy RegExp statics carry the last match of one evaluation into the next.
+REGEXP_LEGACY: Final = (
+    "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9",
+    "input", "$_", "lastMatch", "$&", "lastParen", "$+", "leftContext", "$`", "rightContext", "$'",
+)  # fmt: skip
+
+MAX_MESSAGE_CHARS: Final = 1000
+MAX_RESULT_CHARS: Final = 8 * 1024 * 1024
+
+# Parameter names of each kind, in the contract's order (logic-contract.md).
+PARAMETERS: Final = {
+    "paramsLogic": "params",
+    "toolInputLogic": "params, respParams",
+    "toolOutputLogic": "toolOutput, params, respParams",
+    "responseParamsLogic": "params, respParams",
+}
+
+_SETUP = r"""
+const __RUNNER__ = (function () {
+  "use strict";
+  const G = globalThis;
+  const apply = Reflect.apply;
+  const ownKeys = Reflect.ownKeys;
+  const getDesc = Object.getOwnPropertyDescriptor;
+  const defineProp = Object.defineProperty;
+  const deleteProp = Reflect.deleteProperty;
+  const getProto = Object.getPrototypeOf;
+  const setProto = Object.setPrototypeOf;
+  const isExtensible = Object.isExtensible;
+  const freeze = Object.freeze;
+  const isArray = Array.isArray;
+  const ObjectProto = Object.prototype;
+  const stringify = JSON.stringify;
+  const parse = JSON.parse;
+  const StringCtor = String;
+  const strSlice = String.prototype.slice;
+  const fnToString = Function.prototype.toString;
+  const arrPush = Array.prototype.push;
+  const LOCK = __LOCK__;
+  const MAX_MESSAGE = __MAX_MESSAGE__;
+  const MAX_RESULT = __MAX_RESULT__;
+
+  // --- strip the realm to the contract ------------------------------------------------------------
+  for (const name of __REMOVED__) {
+    if (name in G) deleteProp(G, name);
+  }
+  deleteProp(Symbol, "for");
+  deleteProp(Symbol, "keyFor");
+  for (const name of __REGEXP_LEGACY__) deleteProp(RegExp, name);
+  if (!LOCK) {
+    // A realm used for one job only (QuickJS): nothing to lock, but no string may become code.
+    const refuse = function () { throw new EvalError("Code generation from strings disallowed for this context"); };
+    for (const f of [function () {}, function* () {}, async function () {}, async function* () {}]) {
+      defineProp(getProto(f), "constructor", { value: refuse, writable: false, configurable: false });
+    }
+    defineProp(G, "eval", { value: refuse, writable: true, configurable: true });
+    defineProp(G, "Function", { value: refuse, writable: true, configurable: true });
+    deleteProp(G, "dukpy");
+  }
+
+  let frozen = 0;
+  const snaps = [];
+  // Set when a body touched anything that can queue work for later (promise machinery): only then
+  // does the worker pay a second round trip to settle the realm after that work has run.
+  let mayQueue = false;
+  if (LOCK) {
+    const flagGlobal = (name) => {
+      const d = getDesc(G, name);
+      if (d === undefined || !("value" in d)) return;
+      const v = d.value;
+      defineProp(G, name, {
+        get: function () { mayQueue = true; return v; },
+        set: function (x) { mayQueue = true; defineProp(G, name, { value: x, writable: true, enumerable: false, configurable: true }); },
+        enumerable: d.enumerable,
+        configurable: true,
+      });
+    };
+    const globalNames = ownKeys(G);
+    for (let i = 0; i < globalNames.length; i++) {
+      const n = globalNames[i];
+      if (typeof n === "string" && (n === "Promise" || n.indexOf("Async") !== -1)) flagGlobal(n);
+    }
+    const fromAsync = Array.fromAsync;
+    if (typeof fromAsync === "function") {
+      defineProp(Array, "fromAsync", {
+        value: function fromAsync() { mayQueue = true; return apply(fromAsync, this, arguments); },
+        writable: true, enumerable: false, configurable: true,
+      });
+    }
+    // --- the intrinsics: every object reachable from the globals and a few anonymous roots -----------
+    const anon = [];
+    const tryPush = (f) => { try { const v = f(); if (v !== undefined && v !== null) apply(arrPush, anon, [v]); } catch (e) {} };
+    tryPush(() => getProto(function* () {}));
+    tryPush(() => getProto(async function () {}));
+    tryPush(() => getProto(async function* () {}));
+    tryPush(() => getProto(getProto(async function* () {}).prototype));
+    tryPush(() => getProto([][Symbol.iterator]()));
+    tryPush(() => getProto(""[Symbol.iterator]()));
+    tryPush(() => getProto(new Map()[Symbol.iterator]()));
+    tryPush(() => getProto(new Set()[Symbol.iterator]()));
+    tryPush(() => getProto(/a/[Symbol.matchAll]("")));
+    tryPush(() => getProto([].values().map((x) => x)));
+    tryPush(() => getProto(Iterator.from({ next() { return { done: true }; } })));
+    tryPush(() => getProto(new Intl.Segmenter().segment("")));
+    tryPush(() => getProto(new Intl.Segmenter().segment("")[Symbol.iterator]()));
+    tryPush(() => getDesc(Function.prototype, "caller").get);
+
+    const arrayIterProto = getProto([][Symbol.iterator]());
+    // Object.prototype first: every later repair reads descriptors that inherit from it.
+    const watched = [
+      ObjectProto, G, Array.prototype, Function.prototype, String.prototype, Number.prototype,
+      Boolean.prototype, RegExp.prototype, arrayIterProto, getProto(arrayIterProto),
+      getProto(""[Symbol.iterator]()),
+      Error.prototype, TypeError.prototype, RangeError.prototype, SyntaxError.prototype,
+      ReferenceError.prototype, EvalError.prototype, URIError.prototype,
+    ];
+    if (typeof AggregateError === "function") apply(arrPush, watched, [AggregateError.prototype]);
+    if (typeof SuppressedError === "function") apply(arrPush, watched, [SuppressedError.prototype]);
+    const watchedSet = new Set(watched);
+
+    const seen = new Set();
+    const queue = [G];
+    for (const a of anon) apply(arrPush, queue, [a]);
+    for (let i = 0; i < queue.length; i++) {
+      const o = queue[i];
+      if (seen.has(o)) continue;
+      seen.add(o);
+      const p = getProto(o);
+      if (p !== null) apply(arrPush, queue, [p]);
+      for (const k of ownKeys(o)) {
+        const d = getDesc(o, k);
+        if (d === undefined) continue;
+        for (const v of [d.value, d.get, d.set]) {
+          if ((typeof v === "object" && v !== null) || typeof v === "function") apply(arrPush, queue, [v]);
+        }
+      }
+    }
+    for (const o of seen) {
+      if (!watchedSet.has(o)) {
+        try { freeze(o); frozen++; } catch (e) {}
+      }
+    }
+
+    // --- snapshots of the watched objects -------------------------------------------------------------
+    function snapshot(o) {
+      const keys = ownKeys(o);
+      const descs = [];
+      for (let i = 0; i < keys.length; i++) apply(arrPush, descs, [setProto(getDesc(o, keys[i]), null)]);
+      const index = new Map();
+      for (let i = 0; i < keys.length; i++) index.set(keys[i], i);
+      return { o: o, proto: getProto(o), keys: keys, descs: descs, index: index };
+    }
+    for (let i = 0; i < watched.length; i++) apply(arrPush, snaps, [snapshot(watched[i])]);
+  }
+
+  // `have` comes fresh from getOwnPropertyDescriptor, so the fields of its own kind are own
+  // properties; a field of the other kind would be looked up on Object.prototype, which is why
+  // Object.prototype is repaired first, and why extra keys (any pollution) are deleted before the
+  // descriptors are compared.
+  function sameDesc(have, want) {
+    if (have.enumerable !== want.enumerable || have.configurable !== want.configurable) return false;
+    if ("value" in want) {
+      return "value" in have && have.value === want.value && have.writable === want.writable;
+    }
+    return !("value" in have) && have.get === want.get && have.set === want.set;
+  }
+
+  // Repairs one watched object; answers "" or why it cannot be repaired. No iteration protocol is
+  // used here: %ArrayIteratorPrototype%.next is itself a watched, writable intrinsic.
+  function repair(s) {
+    const o = s.o;
+    if (!isExtensible(o)) return "an intrinsic was made non-extensible";
+    if (getProto(o) !== s.proto) {
+      try { setProto(o, s.proto); } catch (e) { return "an intrinsic's prototype was replaced"; }
+    }
+    const keys = ownKeys(o);
+    let same = keys.length === s.keys.length;
+    for (let i = 0; same && i < keys.length; i++) same = keys[i] === s.keys[i];
+    if (!same) {
+      for (let i = 0; i < keys.length; i++) {
+        if (!s.index.has(keys[i]) && !deleteProp(o, keys[i])) {
+          return "a non-configurable property was added to an intrinsic";
+        }
+      }
+    }
+    for (let i = 0; i < s.keys.length; i++) {
+      const want = s.descs[i];
+      const have = getDesc(o, s.keys[i]);
+      if (have === undefined || !sameDesc(have, want)) {
+        try { defineProp(o, s.keys[i], want); } catch (e) { return "an intrinsic's property was locked"; }
+      }
+    }
+    return "";
+  }
+
+  // --- compiled bodies ----------------------------------------------------------------------------
+  let cache = { __proto__: null };
+  let cached = 0;
+
+  function cut(s) {
+    return s.length > MAX_MESSAGE ? apply(strSlice, s, [0, MAX_MESSAGE - 1]) + "\u2026" : s;
+  }
+
+  function show(e) {
+    let s;
+    try { s = StringCtor(e); } catch (e2) { s = "a thrown value that cannot be shown"; }
+    if (typeof s !== "string") s = "a thrown value that cannot be shown";
+    return cut(s);
+  }
+
+  function what(r) {
+    if (r === null) return "null";
+    if (r === undefined) return "undefined";
+    const t = typeof r;
+    if (t === "function") return "a function";
+    if (t !== "object") return "a " + t;
+    if (isArray(r)) return "an array";
+    let thenable = false;
+    try { thenable = typeof r.then === "function"; } catch (e) { thenable = false; }
+    if (thenable) return "a promise or thenable";
+    const p = getProto(r);
+    if (p === ObjectProto || p === null) return "";
+    let name = "";
+    try { const c = p.constructor; name = typeof c === "function" && typeof c.name === "string" ? c.name : ""; } catch (e) {}
+    return name ? "an instance of " + cut(name) : "an object that is not a plain object";
+  }
+
+  function settle() {
+    for (let i = 0; i < snaps.length; i++) {
+      const why = repair(snaps[i]);
+      if (why !== "") return why;
+    }
+    return "";
+  }
+
+  function call(factory, args) {
+    let result;
+    try {
+      const fn = factory();
+      result = apply(fn, undefined, args);
+    } catch (e) {
+      return "T" + show(e);
+    }
+    const bad = what(result);
+    if (bad !== "") return "R" + "returned " + bad + ", not a plain object";
+    let text;
+    try { text = stringify(result); } catch (e) { return "R" + "returned an object that cannot be serialized: " + show(e); }
+    if (typeof text !== "string") return "R" + "returned an object that cannot be serialized";
+    if (text.length > MAX_RESULT) return "R" + "returned " + text.length + " characters of JSON; the limit is " + MAX_RESULT;
+    return "O" + text;
+  }
+
+  return freeze({
+    // Registers a body's factory. `length` is the factory's intended source length: a body that
+    // closed the function early yields a shorter literal, and is refused as not a function body.
+    d(key, length, factory) {
+      const text = apply(fnToString, factory, []);
+      if (text.length !== length) return false;
+      if (cached >= 1024) { cache = { __proto__: null }; cached = 0; }
+      cache[key] = factory;
+      cached++;
+      return true;
+    },
+    // Runs a body. Answers a status letter, a flag letter, then the payload:
+    //   status  O ok (JSON text) | T threw | R refused result | M not defined | C not a body | X realm lost
+    //   flag    "-" | "q" may have queued work | "t" left the realm tainted | "u" both
+    r(key, argsText) {
+      // Whatever queued work of an earlier job did after that job answered is undone first.
+      if (settle() !== "") return "X-";
+      const factory = cache[key];
+      if (factory === undefined) return "M-";
+      const args = parse(argsText);
+      mayQueue = false;
+      const out = call(factory, args);
+      const tainted = settle() !== "";
+      const flag = mayQueue ? (tainted ? "u" : "q") : (tainted ? "t" : "-");
+      return out[0] + flag + apply(strSlice, out, [1]);
+    },
+    // After the work a job queued has run: undo what it left behind.
+    c() { return settle(); },
+    forget() { cache = { __proto__: null }; cached = 0; },
+    stats() { return stringify({ frozen: frozen, watched: snaps.length, cached: cached }); },
+  });
+})();
+__RUNNER__.stats();
+"""
+
+
+def setup_script(runner: str, *, lock: bool = True) -> str:
+    """The realm's setup script, binding the runner to ``runner`` (a random identifier).
+
+    ``lock`` freezes and snapshots the intrinsics, for a realm that serves many jobs; a realm used
+    for a single job skips it.
+    """
+    import json
+
+    return (
+        _SETUP.replace("__RUNNER__", runner)
+        .replace("__LOCK__", "true" if lock else "false")
+        .replace("__REMOVED__", json.dumps(list(REMOVED_GLOBALS)))
+        .replace("__REGEXP_LEGACY__", json.dumps(list(REGEXP_LEGACY)))
+        .replace("__MAX_MESSAGE__", str(MAX_MESSAGE_CHARS))
+        .replace("__MAX_RESULT__", str(MAX_RESULT_CHARS))
+    )
+
+
+def factory_source(kind: str, body: str) -> str:
+    """The factory literal a body is compiled into: a fresh closure per call, so nothing a body
+    hangs on its own function object (``arguments.callee.x = …``) outlives the call."""
+    return f"function () {{ return function ({PARAMETERS[kind]}) {{\n{body}\n}}; }}"
+
+
+def js_length(text: str) -> int:
+    """Length of ``text`` as JavaScript counts it (UTF-16 code units)."""
+    return len(text.encode("utf-16-le")) // 2

@@ -1,0 +1,155 @@
+"""The evaluator's wire: tagged msgspec structs in length-prefixed MessagePack frames.
+
+A frame is a 4-byte big-endian payload length followed by one MessagePack-encoded message. The codec
+is sans-IO in the h11 style: ``FrameDecoder.feed(bytes)`` then ``next_frame()`` until it answers
+``None``; the length is checked against a hard maximum *before* anything is buffered for it, so a
+lying or corrupt peer cannot make us allocate. One typed decoder per direction, built once.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final, Literal
+
+import msgspec
+
+PROTOCOL_VERSION: Final = 1
+HEADER: Final = struct.Struct(">I")
+# Large enough for a tool output of several MB plus its parameters; small enough that a corrupt
+# length prefix is caught before it costs memory.
+MAX_FRAME_BYTES: Final = 32 * 1024 * 1024
+
+Reason = Literal["threw", "compile", "result", "timeout", "memory", "refused", "crashed", "overloaded", "closed"]
+
+
+# --- supervisor → worker ---------------------------------------------------------------------------
+
+
+class Job(msgspec.Struct, tag="job", frozen=True):
+    id: int
+    kind: str
+    key: str  # hash of kind and body: the worker's compile-cache key
+    body: str
+    args: str  # JSON text of the argument list, in the contract's order
+    timeout_ms: int
+
+
+class Shutdown(msgspec.Struct, tag="shutdown", frozen=True):
+    pass
+
+
+ToWorker = Job | Shutdown
+
+
+# --- worker → supervisor ---------------------------------------------------------------------------
+
+
+class Hello(msgspec.Struct, tag="hello", frozen=True):
+    protocol: int
+    pid: int
+    engine: str
+    engine_version: str
+
+
+class Result(msgspec.Struct, tag="result", frozen=True):
+    id: int
+    ok: bool
+    value: str | None = None  # JSON text of the result object when ok
+    reason: str | None = None  # one of Reason when not ok
+    message: str | None = None
+
+
+class Retire(msgspec.Struct, tag="retire", frozen=True):
+    """The worker asks to be replaced after its current job (tainted realm, heap high, limit hit)."""
+
+    why: str
+
+
+FromWorker = Hello | Result | Retire
+
+
+class FrameTooLarge(ValueError):
+    """A frame's announced length is past the hard maximum (the peer is broken or hostile)."""
+
+
+class ProtocolError(ValueError):
+    """A frame did not decode into a message of the expected direction."""
+
+
+class FrameDecoder:
+    """Bytes in, frame payloads out; no I/O."""
+
+    __slots__ = ("_buf", "_max", "_need")
+
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self._max = max_frame
+        self._need: int | None = None
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def next_frame(self) -> bytes | None:
+        """The next complete payload, or None when more bytes are needed.
+
+        Raises:
+            FrameTooLarge: the announced length is past the maximum.
+        """
+        if self._need is None:
+            if len(self._buf) < HEADER.size:
+                return None
+            (length,) = HEADER.unpack_from(self._buf)
+            if length > self._max:
+                raise FrameTooLarge(f"frame of {length} bytes announced; the limit is {self._max}")
+            self._need = length
+        end = HEADER.size + self._need
+        if len(self._buf) < end:
+            return None
+        payload = bytes(self._buf[HEADER.size : end])
+        del self._buf[:end]
+        self._need = None
+        return payload
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+class Codec:
+    """Encoders and one typed decoder per direction, built once and reused."""
+
+    __slots__ = ("_dec_from_worker", "_dec_to_worker", "_enc", "_max")
+
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
+        self._enc = msgspec.msgpack.Encoder()
+        self._dec_to_worker = msgspec.msgpack.Decoder(ToWorker)
+        self._dec_from_worker = msgspec.msgpack.Decoder(FromWorker)
+        self._max = max_frame
+
+    def encode(self, message: ToWorker | FromWorker) -> bytes:
+        """One frame: header and payload.
+
+        Raises:
+            FrameTooLarge: the encoded message is past the maximum.
+        """
+        buf = bytearray(HEADER.size)
+        self._enc.encode_into(message, buf, HEADER.size)
+        length = len(buf) - HEADER.size
+        if length > self._max:
+            raise FrameTooLarge(f"message of {length} bytes; the limit is {self._max}")
+        HEADER.pack_into(buf, 0, length)
+        return bytes(buf)
+
+    def decode_to_worker(self, payload: bytes) -> ToWorker:
+        """Raises: ProtocolError: the payload is not a supervisor → worker message."""
+        try:
+            return self._dec_to_worker.decode(payload)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise ProtocolError(f"bad frame from supervisor: {exc}") from None
+
+    def decode_from_worker(self, payload: bytes) -> FromWorker:
+        """Raises: ProtocolError: the payload is not a worker → supervisor message."""
+        try:
+            return self._dec_from_worker.decode(payload)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise ProtocolError(f"bad frame from worker: {exc}") from None

@@ -1,0 +1,210 @@
+"""An evaluator worker process: ``python -I -B -m bir.evaluator.worker --engine v8 --memory-mb N``.
+
+It reads ``Job`` frames on stdin and answers ``Result`` frames on stdout, one job at a time. The
+protocol descriptor is a private copy of fd 1; fd 1 itself is pointed at stderr, so nothing the
+engine or Python prints can corrupt a frame. The worker dies with its parent (``PR_SET_PDEATHSIG``,
+and EOF on stdin), refuses core dumps and file writes, and exits rather than serve from a realm it
+could not restore.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Final
+
+from bir.evaluator.engine import Engine, Outcome, RealmLost, Wedged, bounded, timeout_message
+from bir.evaluator.wire import (
+    PROTOCOL_VERSION,
+    Codec,
+    FrameDecoder,
+    FromWorker,
+    Hello,
+    Job,
+    Result,
+    Retire,
+    Shutdown,
+)
+
+READ_CHUNK: Final = 1 << 20
+# Time a body's queued work may take past the job's own limit before the worker gives up on it.
+SETTLE_SLACK_S: Final = 0.1
+HEAP_CHECK_EVERY: Final = 4
+EXIT_WEDGED: Final = 3
+EXIT_PROTOCOL: Final = 4
+EXIT_REALM_LOST: Final = 5
+WEDGED: Final = "the isolate did not stop when told to"
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            pr_set_pdeathsig = 1
+            libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    # The parent may have died before prctl took effect.
+    if parent_pid and os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def _harden() -> None:
+    # No RLIMIT_AS: V8 reserves far more address space than it uses and breaks under it.
+    for limit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 0)):
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(limit, (value, value))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when a worker ends
+
+
+class _Channel:
+    """Blocking frame I/O on the worker's private descriptors."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self._read_fd = read_fd
+        self._write_fd = write_fd
+        self._codec = Codec()
+        self._decoder = FrameDecoder()
+
+    def send(self, message: FromWorker) -> None:
+        view = memoryview(self._codec.encode(message))
+        while view:
+            written = os.write(self._write_fd, view)
+            view = view[written:]
+
+    def receive(self) -> Job | Shutdown | None:
+        """The next message, or None at EOF."""
+        while True:
+            payload = self._decoder.next_frame()
+            if payload is not None:
+                return self._codec.decode_to_worker(payload)
+            data = os.read(self._read_fd, READ_CHUNK)
+            if not data:
+                return None
+            self._decoder.feed(data)
+
+
+def _make_engine(name: str, memory_mb: int) -> Engine:
+    if name == "quickjs":
+        from bir.evaluator.engine_quickjs import QuickJSEngine
+
+        return QuickJSEngine(memory_mb)
+    from bir.evaluator.engine_v8 import V8Engine
+
+    return V8Engine(memory_mb)
+
+
+def serve(channel: _Channel, engine: Engine, memory_mb: int) -> int:
+    jobs = 0
+    rss_floor = _rss_bytes()
+    while True:
+        message = channel.receive()
+        if message is None or isinstance(message, Shutdown):
+            return 0
+        started = time.monotonic()
+        try:
+            outcome = engine.run(message)
+        except Wedged:
+            message_text = timeout_message(message.kind, message.timeout_ms)
+            channel.send(Result(id=message.id, ok=False, reason="timeout", message=message_text))
+            channel.send(Retire(why=WEDGED))
+            return EXIT_WEDGED
+        except RealmLost:
+            # Not this job's doing, and it did not run: exiting without an answer makes the
+            # supervisor run it again elsewhere.
+            sys.stderr.write("bir.evaluator.worker: the realm could not be restored; exiting\n")
+            return EXIT_REALM_LOST
+        except Exception as exc:  # noqa: BLE001 - an engine fault is this job's crash, not the pool's
+            outcome = Outcome(
+                ok=False, reason="crashed", message=bounded(f"the engine failed: {exc}"), retire="engine fault"
+            )
+        retire = outcome.retire
+        if outcome.settle:
+            # The job may have queued work (promise callbacks) that runs after it: its answer waits
+            # until that work is done and undone, and is a timeout if it does not end in time.
+            try:
+                why = engine.settle(max(started + message.timeout_ms / 1000.0, time.monotonic() + SETTLE_SLACK_S))
+            except Wedged:
+                channel.send(
+                    Result(
+                        id=message.id,
+                        ok=False,
+                        reason="timeout",
+                        message=timeout_message(message.kind, message.timeout_ms),
+                    )
+                )
+                channel.send(Retire(why=WEDGED))
+                return EXIT_WEDGED
+            retire = retire or why or None
+        channel.send(
+            Result(id=message.id, ok=outcome.ok, value=outcome.value, reason=outcome.reason, message=outcome.message)
+        )
+        jobs += 1
+        if retire is None and jobs % HEAP_CHECK_EVERY == 0:
+            retire = _heap_verdict(engine, memory_mb, rss_floor)
+        if retire:
+            channel.send(Retire(why=retire))
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _heap_verdict(engine: Engine, memory_mb: int, rss_floor: int) -> str | None:
+    """Asking V8 for its heap costs a third of a millisecond, so the cheap RSS reading decides
+    whether to ask at all."""
+    heap_used = getattr(engine, "heap_used", None)
+    collect = getattr(engine, "collect", None)
+    if heap_used is None or collect is None:
+        return None
+    half = memory_mb * 1024 * 1024 // 2
+    if _rss_bytes() - rss_floor <= half:
+        return None
+    if heap_used() <= half:
+        return None
+    collect()
+    if heap_used() > half:
+        return "its heap stays above half the memory limit"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bir.evaluator.worker")
+    parser.add_argument("--engine", choices=("v8", "quickjs"), default="v8")
+    parser.add_argument("--memory-mb", type=int, default=64)
+    parser.add_argument("--parent-pid", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    _die_with_parent(args.parent_pid)
+    protocol_out = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    channel = _Channel(0, protocol_out)
+    engine = _make_engine(args.engine, args.memory_mb)
+    _harden()
+    channel.send(Hello(protocol=PROTOCOL_VERSION, pid=os.getpid(), engine=engine.name, engine_version=engine.version))
+    try:
+        code = serve(channel, engine, args.memory_mb)
+    except (BrokenPipeError, ConnectionResetError):
+        code = 0
+    except Exception as exc:  # noqa: BLE001 - a protocol fault: say so on stderr, then exit
+        sys.stderr.write(f"bir.evaluator.worker: {type(exc).__name__}: {bounded(str(exc), 500)}\n")
+        code = EXIT_PROTOCOL
+    sys.stderr.flush()
+    # The isolate's thread may still be busy (a wedged body): do not wait for it at exit.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m bir.hooks``: the same as the ``bir-hooks`` console script."""
+
+from bir.hooks.server import main
+
+raise SystemExit(main())

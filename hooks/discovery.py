@@ -1,0 +1,140 @@
+"""The discovery file: how hooks, proxies and ``bir-scenario`` find a project's control server.
+
+``<BIR_HOME>/control/<key>.json`` (directory 0700, file 0600, written atomically) holds the server's
+URL and bearer token. The key is derived from the resolved project directory, so every process
+started for the same project finds the same file. A file whose pid is dead, or that cannot be read,
+is treated as absent: a crashed server must not send clients to a port someone else may now own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from bir.core import config
+from bir.core.log import log_event
+
+# A discovery file is a few hundred bytes; anything much larger is not ours.
+MAX_FILE_BYTES = 64 * 1024
+
+
+class Discovery(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=False):
+    """What a control server publishes about itself. ``started_at`` is epoch milliseconds."""
+
+    url: str
+    token: str
+    pid: int
+    version: str
+    started_at: int
+    project: str
+
+
+_decoder = msgspec.json.Decoder(Discovery)
+
+
+def discovery_key(project_dir: str | os.PathLike[str]) -> str:
+    """The first 16 hex digits of the sha256 of the resolved project directory."""
+    resolved = str(Path(project_dir).expanduser().resolve())
+    return hashlib.sha256(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def control_dir() -> Path:
+    """``<BIR_HOME>/control``."""
+    return config.home() / "control"
+
+
+def discovery_path(project_dir: str | os.PathLike[str]) -> Path:
+    """Where the discovery file of ``project_dir`` lives (whether or not it exists)."""
+    return control_dir() / f"{discovery_key(project_dir)}.json"
+
+
+def write_discovery(discovery: Discovery) -> Path:
+    """Write the discovery file for ``discovery.project`` atomically, mode 0600, and return its path.
+
+    Raises:
+        OSError: the control directory or the file cannot be written.
+    """
+    directory = control_dir()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # mkdir's mode is filtered by the umask and ignored for an existing directory.
+    os.chmod(directory, 0o700)
+    target = discovery_path(discovery.project)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".tmp", dir=directory)
+    try:
+        # mkstemp creates the file 0600 already; say so rather than rely on it.
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(msgspec.json.encode(discovery))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    return target
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists (one owned by another user counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _load(path: Path) -> Discovery | None:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log_event("control.discovery_unreadable", path=str(path), error=str(exc))
+        return None
+    if len(data) > MAX_FILE_BYTES:
+        log_event("control.discovery_unreadable", path=str(path), error="file too large")
+        return None
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        log_event("control.discovery_unreadable", path=str(path), error=str(exc))
+        return None
+
+
+def read_discovery(project_dir: str | os.PathLike[str]) -> Discovery | None:
+    """The live control server of ``project_dir``, or None (missing, unreadable, corrupt, or its pid is dead)."""
+    discovery = _load(discovery_path(project_dir))
+    if discovery is None or not pid_alive(discovery.pid):
+        return None
+    return discovery
+
+
+def remove_discovery(project_dir: str | os.PathLike[str], pid: int | None = None) -> bool:
+    """Remove the discovery file of ``project_dir``; True if a file was removed.
+
+    With ``pid``, the file is removed only if it is that process's, so a server shutting down
+    never removes the file of a successor that has already taken its place.
+    """
+    path = discovery_path(project_dir)
+    if pid is not None:
+        current = _load(path)
+        if current is not None and current.pid != pid:
+            return False
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,272 @@
+"""The control server (``bir-hooks``): loopback HTTP for hooks, proxies and ``bir-scenario``.
+
+`ControlServer` runs in-process (``bir replay --wrap``, tests) with `start` / `stop`; `main` is the
+console script, which publishes the discovery file for the working directory, serves until SIGTERM
+or SIGINT, and removes the file on the way out. The routes live in ``bir.hooks.routes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import anyio
+import uvicorn
+
+from bir import __version__
+from bir.core import config
+from bir.core.log import log_event
+from bir.hooks.discovery import Discovery, pid_alive, read_discovery, remove_discovery, write_discovery
+from bir.hooks.routes import Hello, ScenarioRunner, StepHook, StepReport, build_app
+from bir.hooks.work_queue import ProxyWorkQueue
+
+# Newest step reports kept for correlation, by count and by their bodies' total size.
+MAX_STEP_REPORTS = 256
+MAX_STEP_REPORT_BYTES = 32 * 1024 * 1024
+MAX_HELLOS = 64
+# §6.3: a direct plan is announced only while bir-scenario said hello within this window.
+HELLO_FRESH_S = 30 * 60
+_STEP_HOOK_TIMEOUT_S = 2.0
+_START_TIMEOUT_S = 10.0
+# Long polls are answered at stop; this bounds whatever else is still running.
+_GRACEFUL_SHUTDOWN_S = 3
+_MAX_CONNECTIONS = 512
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its signal handling (the host process owns signals), with a started event."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.ready.set()
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+class ControlServer:
+    """The control server's state and its HTTP listener."""
+
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        replay_enabled: bool | None = None,
+        queue: ProxyWorkQueue | None = None,
+        version: str = __version__,
+    ) -> None:
+        self.token = token or secrets.token_urlsafe(32)
+        # BIR_REPLAY=0 is the single switch (§16.2); the project's stored switch is wired in later.
+        self.replay_enabled = (
+            replay_enabled if replay_enabled is not None else config.get_flag("BIR_REPLAY") is not False
+        )
+        self.queue = queue or ProxyWorkQueue()
+        self.version = version
+        self.wrapped: set[str] = set()
+        self.scenario_runner: ScenarioRunner | None = None
+        self.on_step: StepHook | None = None
+        self.hellos: dict[int, Hello] = {}
+        self.url: str | None = None
+        self._steps: deque[StepReport] = deque()
+        self._steps_bytes = 0
+        self._started = time.monotonic()
+        self._server: _Uvicorn | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.app = build_app(self)
+
+    def uptime_ms(self) -> int:
+        return int((time.monotonic() - self._started) * 1000)
+
+    # -- state the routes feed -----------------------------------------------------------------
+
+    async def add_step_report(self, report: StepReport) -> None:
+        """Keep a proxy's step report in the bounded ring and pass it to ``on_step`` (errors logged)."""
+        self._steps.append(report)
+        self._steps_bytes += report.size
+        while len(self._steps) > MAX_STEP_REPORTS or (self._steps_bytes > MAX_STEP_REPORT_BYTES and self._steps):
+            self._steps_bytes -= self._steps.popleft().size
+        hook = self.on_step
+        if hook is None:
+            return
+        try:
+            with anyio.fail_after(_STEP_HOOK_TIMEOUT_S):
+                await hook(report)
+        except Exception as exc:  # noqa: BLE001 - a broken hook must not fail the proxy's report
+            log_event("control.step_hook_failed", error=f"{type(exc).__name__}: {exc}", tool=report.tool_name)
+
+    def step_reports(self) -> list[StepReport]:
+        """The newest step reports, oldest first."""
+        return list(self._steps)
+
+    def note_hello(self, hello: Hello) -> None:
+        self.hellos.pop(hello.pid, None)
+        self.hellos[hello.pid] = hello
+        while len(self.hellos) > MAX_HELLOS:
+            del self.hellos[next(iter(self.hellos))]
+
+    def delivery_tool_live(self) -> bool:
+        """Whether a live ``bir-scenario`` with a tool, not off, said hello within 30 minutes (§6.3)."""
+        now = time.monotonic()
+        return any(
+            now - hello.at < HELLO_FRESH_S and hello.tools > 0 and not hello.off and pid_alive(hello.pid)
+            for hello in self.hellos.values()
+        )
+
+    # -- the listener --------------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen on ``host:port`` (0 picks a free port) and return the base URL.
+
+        Raises:
+            ValueError: ``host`` is not a loopback address.
+            RuntimeError: already started, or uvicorn did not come up.
+            OSError: the port cannot be bound.
+        """
+        if not _is_loopback(host):
+            raise ValueError(f"the control server listens on loopback only, not {host!r}")
+        if self._server is not None:
+            raise RuntimeError("the control server is already started")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=128)
+        bound_host, bound_port = sock.getsockname()[:2]
+        cfg = uvicorn.Config(
+            self.app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            ws="none",
+            server_header=False,
+            timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
+            limit_concurrency=_MAX_CONNECTIONS,
+        )
+        server = _Uvicorn(cfg)
+        self._server = server
+        self._task = asyncio.create_task(server.serve(sockets=[sock]), name="bir-control-server")
+        ready = asyncio.create_task(server.ready.wait())
+        try:
+            await asyncio.wait({self._task, ready}, timeout=_START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        if not server.ready.is_set():
+            await self.stop()
+            sock.close()
+            raise RuntimeError("the control server did not start")
+        self.url = (
+            f"http://[{bound_host}]:{bound_port}" if family == socket.AF_INET6 else f"http://{bound_host}:{bound_port}"
+        )
+        log_event("control.started", url=self.url, pid=os.getpid(), version=self.version, replay=self.replay_enabled)
+        return self.url
+
+    async def stop(self) -> None:
+        """Answer parked polls, fail waiting calls, and stop listening. Safe to call twice."""
+        self.queue.close()
+        server, task = self._server, self._task
+        self._server, self._task = None, None
+        if server is None or task is None:
+            return
+        server.should_exit = True
+        try:
+            await asyncio.wait_for(task, timeout=_GRACEFUL_SHUTDOWN_S + 5)
+        except (TimeoutError, asyncio.CancelledError):
+            task.cancel()
+        except Exception as exc:  # noqa: BLE001 - stopping must finish whatever the server died of
+            log_event("control.stop_failed", error=f"{type(exc).__name__}: {exc}")
+        log_event("control.stopped", url=self.url)
+
+    def discovery(self, project: Path) -> Discovery:
+        """What to publish for ``project`` once started.
+
+        Raises:
+            RuntimeError: the server is not started.
+        """
+        if self.url is None:
+            raise RuntimeError("the control server is not started")
+        return Discovery(
+            url=self.url,
+            token=self.token,
+            pid=os.getpid(),
+            version=self.version,
+            started_at=int(time.time() * 1000),
+            project=str(project),
+        )
+
+
+# -- the console script ---------------------------------------------------------------------------
+
+
+class _UvicornToEvents(logging.Handler):
+    """uvicorn's own log records as JSON lines, so stderr stays one format."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log_event("control.uvicorn", level=record.levelname.lower(), message=record.getMessage())
+
+
+def _route_uvicorn_logs() -> None:
+    for name in ("uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers = [_UvicornToEvents(level=logging.WARNING)]
+        logger.propagate = False
+
+
+async def _serve(project: Path, port: int) -> int:
+    existing = read_discovery(project)
+    if existing is not None and existing.pid != os.getpid():
+        sys.stderr.write(f"bir-hooks: a control server is already running for {project} (pid {existing.pid})\n")
+        return 1
+    server = ControlServer()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start(port=port)
+        path = write_discovery(server.discovery(project))
+        log_event("control.published", path=str(path), project=str(project), url=server.url)
+        await stop.wait()
+    finally:
+        remove_discovery(project, pid=os.getpid())
+        await server.stop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``bir-hooks``: serve the control server for the working directory until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(prog="bir-hooks", description="bir's control server for one project.")
+    parser.add_argument("--project", default=".", help="project directory (default: the working directory)")
+    parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free port)")
+    args = parser.parse_args(argv)
+    _route_uvicorn_logs()
+    try:
+        return asyncio.run(_serve(Path(args.project).resolve(), args.port))
+    except (OSError, RuntimeError, ValueError) as exc:
+        # ConfigError is a ValueError: one line naming the variable, never a traceback.
+        sys.stderr.write(f"bir-hooks: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

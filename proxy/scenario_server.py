@@ -1,0 +1,354 @@
+"""``bir-scenario``: the ``bir`` stdio MCP server, whose one tool is ``run_scenario`` (spec §6.3).
+
+It holds no state, no credentials and no upstream connections: a ``tools/call`` becomes one
+``POST /scenario/run`` to the control server found through the project's discovery file, and the
+answer comes back as text, never as an error (``scenario_answer`` has the words). Esc
+(``notifications/cancelled``) cancels the handler, which closes the HTTP request; the control
+server then starts no further step.
+
+"It says it is there": ``POST /scenario/hello`` goes out on ``initialize``, on ``tools/list``, when
+the off switch flips, when the discovery file points somewhere new and every 5 minutes, from one
+background sender, bounded at 1 s and never awaited by a request.
+
+The off switch is ``BIR_OFF`` (read at start) or the file ``<BIR_HOME>/off`` (looked at every 2 s).
+While off, ``tools/list`` lists nothing, and a flip is announced with ``notifications/tools/list_changed``.
+
+Usage: ``bir-scenario [--project DIR]`` (the project directory defaults to the working directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import httpx
+import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.session import ServerSession
+from mcp.server.stdio import stdio_server
+
+from bir.core import config
+from bir.core.log import log_event
+from bir.hooks.discovery import Discovery, read_discovery
+from bir.proxy.scenario_answer import (
+    RUN_SCENARIO_DESCRIPTION,
+    RUN_SCENARIO_INPUT_SCHEMA,
+    RUN_SCENARIO_NAME,
+    Answer,
+    answer_from_reply,
+    no_control_server,
+    runner_off,
+    unavailable,
+)
+
+HELLO_TIMEOUT_S: Final = 1.0
+HELLO_EVERY_S: Final = 300.0
+WATCH_EVERY_S: Final = 2.0
+CONNECT_TIMEOUT_S: Final = 2.0
+NOTIFY_TIMEOUT_S: Final = 1.0
+# The bundle is budgeted upstream; this bound only stops a runaway reply from filling memory.
+MAX_REPLY_BYTES: Final = 8 * 1024 * 1024
+MAX_TOOL_USE_ID_CHARS: Final = 200
+TOOL_USE_ID_META: Final = "claudecode/toolUseId"
+OFF_FILE_NAME: Final = "off"
+
+
+def off_file(home: Path) -> Path:
+    """The file whose presence turns the runner off for every ``bir-scenario`` (``bir off`` writes it)."""
+    return home / OFF_FILE_NAME
+
+
+def bir_version() -> str:
+    """The installed ``bir`` version, for the hello."""
+    try:
+        return metadata.version("bir")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``bir-scenario`` reads from its environment, read once at start."""
+
+    project_dir: Path
+    run_timeout_s: float
+    debug: bool
+    env_off: bool
+    off_path: Path
+
+    @classmethod
+    def load(cls, project_dir: Path) -> Settings:
+        """Read the ``BIR_*`` variables ``bir-scenario`` uses.
+
+        Raises:
+            ConfigError: a variable holds a value bir cannot use.
+        """
+        return cls(
+            project_dir=project_dir,
+            run_timeout_s=config.require_int("BIR_SCENARIO_RUN_TIMEOUT_MS") / 1000,
+            debug=bool(config.get_flag("BIR_SCENARIO_DEBUG")),
+            env_off=bool(config.get_flag("BIR_OFF")),
+            off_path=off_file(config.home()),
+        )
+
+
+class OffSwitch:
+    """``BIR_OFF`` from the start, or the off file while it exists."""
+
+    def __init__(self, env_off: bool, path: Path) -> None:
+        self._env_off = env_off
+        self._path = path
+
+    def read(self) -> bool:
+        """Whether the runner is off right now."""
+        if self._env_off:
+            return True
+        try:
+            return self._path.exists()
+        except OSError:
+            # A home bir cannot look into is not a request to switch bir off.
+            return False
+
+
+class ControlClient:
+    """The two requests ``bir-scenario`` makes of the control server."""
+
+    def __init__(self, http: httpx.AsyncClient, project_dir: Path) -> None:
+        self._http = http
+        self._project_dir = project_dir
+
+    def discovery(self) -> Discovery | None:
+        """The control server of this project, or None when none is running (or its file is unreadable)."""
+        try:
+            return read_discovery(self._project_dir)
+        except Exception as exc:  # noqa: BLE001 - a broken discovery file must read as "no control server"
+            log_event("scenario.discovery_unreadable", error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    async def run(self, tool_use_id: str | None, timeout_s: float) -> Answer:
+        """``POST /scenario/run`` and what it means for the model; never raises but for cancellation."""
+        found = self.discovery()
+        if found is None:
+            return no_control_server("no discovery file for this project")
+        body: dict[str, Any] = {} if tool_use_id is None else {"toolUseId": tool_use_id}
+        try:
+            with anyio.fail_after(timeout_s):
+                status, reply = await self._post(found, "/scenario/run", body)
+        except TimeoutError:
+            return unavailable(f"/scenario/run did not answer within {timeout_s:g} s")
+        except httpx.ConnectError as exc:
+            return no_control_server(f"control server at {found.url} refused the connection: {exc}")
+        except httpx.HTTPError as exc:
+            return unavailable(f"/scenario/run failed: {type(exc).__name__}: {exc}")
+        except _ReplyTooLarge:
+            return unavailable(f"/scenario/run answered more than {MAX_REPLY_BYTES} bytes")
+        return answer_from_reply(status, reply)
+
+    async def hello(self, payload: dict[str, Any]) -> None:
+        """``POST /scenario/hello``, bounded at 1 s; logs and swallows every failure."""
+        found = self.discovery()
+        if found is None:
+            return
+        try:
+            with anyio.fail_after(HELLO_TIMEOUT_S):
+                status, _ = await self._post(found, "/scenario/hello", payload)
+        except (TimeoutError, httpx.HTTPError, _ReplyTooLarge) as exc:
+            log_event("scenario.hello", ok=False, reason=f"{type(exc).__name__}: {exc}", **payload)
+            return
+        log_event("scenario.hello", ok=status == 200, status=status, **payload)
+
+    async def _post(self, found: Discovery, route: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        url = found.url.rstrip("/") + route
+        headers = {"Authorization": f"Bearer {found.token}"}
+        async with self._http.stream("POST", url, json=body, headers=headers) as response:
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_REPLY_BYTES:
+                    raise _ReplyTooLarge
+                chunks.append(chunk)
+            return response.status_code, b"".join(chunks)
+
+
+class _ReplyTooLarge(Exception):
+    pass
+
+
+class Heartbeat:
+    """One background sender of hellos: pokes coalesce, and silence sends one every ``every_s``."""
+
+    def __init__(self, send: Callable[[], Awaitable[None]], every_s: float = HELLO_EVERY_S) -> None:
+        self._send = send
+        self._every_s = every_s
+        self._wanted = anyio.Event()
+
+    def poke(self) -> None:
+        """Ask for a hello soon; never blocks."""
+        self._wanted.set()
+
+    async def run(self) -> None:
+        """Send hellos until cancelled."""
+        while True:
+            with anyio.move_on_after(self._every_s):
+                await self._wanted.wait()
+            self._wanted = anyio.Event()
+            await self._send()
+
+
+class ScenarioServer:
+    """The ``bir`` MCP server: tools, answers, hello and off switch, over one stdio connection."""
+
+    def __init__(self, settings: Settings, control: ControlClient) -> None:
+        self.settings = settings
+        self.control = control
+        self.switch = OffSwitch(settings.env_off, settings.off_path)
+        self.off = self.switch.read()
+        self.heartbeat = Heartbeat(self._send_hello)
+        self._session: ServerSession | None = None
+        self._seen_discovery: tuple[str, int] | None = None
+        self._version = bir_version()
+        self.mcp: Server[Any] = Server(
+            "bir", version=self._version, on_list_tools=self._list_tools, on_call_tool=self._call_tool
+        )
+        self.mcp.middleware.append(self._observe)
+
+    def tools(self) -> list[types.Tool]:
+        """What ``tools/list`` answers right now: ``run_scenario``, or nothing while off."""
+        if self.off:
+            return []
+        return [
+            types.Tool(
+                name=RUN_SCENARIO_NAME,
+                description=RUN_SCENARIO_DESCRIPTION,
+                input_schema=dict(RUN_SCENARIO_INPUT_SCHEMA),
+            )
+        ]
+
+    # Any: the SDK's stdio_server is unannotated; Server.run checks the streams' shape.
+    async def serve(self, read_stream: Any, write_stream: Any) -> None:
+        """Serve one connection until the client leaves, with the hello sender and the watcher beside it."""
+        options = self.mcp.create_initialization_options(NotificationOptions(tools_changed=True))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.heartbeat.run)
+            tg.start_soon(self._watch)
+            await self.mcp.run(read_stream, write_stream, options)
+            tg.cancel_scope.cancel()
+
+    async def _observe(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.method in ("initialize", "server/discover"):
+            # The connection's session carries the standalone channel tools/list_changed goes out on.
+            self._session = ctx.session
+            self.heartbeat.poke()
+        return result
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        self.heartbeat.poke()
+        return types.ListToolsResult(tools=self.tools())
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if params.name != RUN_SCENARIO_NAME:
+            return _result(f"Unknown tool: {params.name[:100]}", is_error=True)
+        tool_use_id = _tool_use_id(params.meta)
+        if self.off:
+            answer = runner_off()
+        else:
+            try:
+                answer = await self.control.run(tool_use_id, self.settings.run_timeout_s)
+            except anyio.get_cancelled_exc_class():
+                log_event(
+                    "scenario.answered", kind="cancelled", reason="the host cancelled the call", toolUseId=tool_use_id
+                )
+                raise
+        text, is_error = answer.render(debug=self.settings.debug)
+        log_event("scenario.answered", kind=answer.kind, reason=answer.reason, toolUseId=tool_use_id, chars=len(text))
+        return _result(text, is_error=is_error)
+
+    async def _send_hello(self) -> None:
+        payload = {"pid": os.getpid(), "version": self._version, "tools": len(self.tools()), "off": self.off}
+        await self.control.hello(payload)
+
+    async def _watch(self) -> None:
+        while True:
+            await anyio.sleep(WATCH_EVERY_S)
+            await self.check()
+
+    async def check(self) -> None:
+        """Look at the off switch and the discovery file once; announce what changed."""
+        off = self.switch.read()
+        if off != self.off:
+            self.off = off
+            log_event("scenario.off_switch", off=off)
+            await self._announce_tools_changed()
+            self.heartbeat.poke()
+        found = self.control.discovery()
+        seen = None if found is None else (found.url, found.pid)
+        if seen != self._seen_discovery:
+            self._seen_discovery = seen
+            if seen is not None:
+                self.heartbeat.poke()
+
+    async def _announce_tools_changed(self) -> None:
+        session = self._session
+        if session is None:
+            return
+        with anyio.move_on_after(NOTIFY_TIMEOUT_S):
+            try:
+                await session.send_tool_list_changed()
+            except Exception as exc:  # noqa: BLE001 - a client that left must not stop the watcher
+                log_event("scenario.notify_failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _tool_use_id(meta: types.RequestParamsMeta | None) -> str | None:
+    value = None if meta is None else meta.get(TOOL_USE_ID_META)
+    if isinstance(value, str) and 0 < len(value) <= MAX_TOOL_USE_ID_CHARS:
+        return value
+    return None
+
+
+def _result(text: str, *, is_error: bool) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=is_error)
+
+
+async def serve_stdio(settings: Settings) -> None:
+    """Serve ``bir-scenario`` on this process's stdin and stdout until stdin closes."""
+    # trust_env=False: a user's HTTP_PROXY must never capture loopback traffic to the control server.
+    timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http, stdio_server() as (read, write):
+        server = ScenarioServer(settings, ControlClient(http, settings.project_dir))
+        await server.serve(read, write)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``bir-scenario``; the exit code is 2 for a bad setting, else 0."""
+    parser = argparse.ArgumentParser(prog="bir-scenario", description="The bir MCP server (run_scenario).")
+    parser.add_argument("--project", type=Path, default=None, help="project directory (default: the working directory)")
+    args = parser.parse_args(argv)
+    project_dir = (args.project or Path.cwd()).resolve()
+    try:
+        settings = Settings.load(project_dir)
+    except config.ConfigError as exc:
+        log_event("scenario.config_error", error=str(exc))
+        return 2
+    try:
+        anyio.run(serve_stdio, settings)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""The service client against the fake BaseIn service, over real HTTP."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bir.core import log
+from bir.core.service import MAX_ERROR_CHARS, ServiceClient, ServiceError
+from tests.fakes.baseinsvc import PRICING_VERSION, Canned, FakeBaseIn
+from tests.fakes.fixtures import running_fake_service
+
+FIXTURES = Path("/work/shared/fixtures/scenarios")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def logged() -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    stream = io.StringIO()
+    log.set_stream(stream)
+    try:
+        yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    finally:
+        log.set_stream(None)
+
+
+def scenario_fixture(name: str = "fleet-direct") -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def report(ticket: str, outcome: str = "steered_full", **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "ticket": ticket,
+        "outcome": outcome,
+        "deriveCostUsd": 0.001,
+        "sessionCostUsd": 0.02,
+        "fallbackCostUsd": 0.0,
+        "durationMs": 1200,
+        "stepsPlanned": 2,
+        "stepsPinned": 2,
+        "measured": True,
+        "pricingVersion": PRICING_VERSION,
+    }
+    body.update(overrides)
+    return body
+
+
+def client_for(fake: FakeBaseIn, **kwargs: Any) -> ServiceClient:
+    return ServiceClient(fake.url, fake.token, **kwargs)
+
+
+@pytest.mark.anyio
+async def test_a_hit_returns_the_matched_scenario_and_ticket_and_creates_no_run() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        ticket = fake.add_match("list eu devices", scenario_fixture(), run_id="run_src", similarity=0.94)
+        answer = await service.match("run_new", "list eu devices", {"cwd": "/x"})
+        assert answer is not None
+        assert answer.matched is not None
+        assert answer.matched.run_id == "run_src"
+        assert answer.matched.scenario_id == "scn_fleet_direct"
+        assert answer.matched.execution_ticket == ticket
+        assert answer.matched.similarity == 0.94
+        assert answer.matched.scenario is not None
+        assert [s.tool_name for s in answer.matched.scenario.steps] == [
+            "mcp__fleet__list_devices",
+            "mcp__fleet__get_device",
+        ]
+        assert "run_new" not in fake.runs
+
+
+@pytest.mark.anyio
+async def test_a_miss_returns_none_and_the_service_keeps_the_new_run() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        assert await service.match("run_new", "something never asked", {"cwd": "/x"}) is None
+        assert "run_new" in fake.runs
+        [seen] = fake.requests_to("match")
+        assert seen.body == {
+            "id": "run_new",
+            "framework": "claude-code",
+            "input": "something never asked",
+            "metadata": {"cwd": "/x"},
+        }
+        assert seen.headers["authorization"] == f"Bearer {fake.token}"
+
+
+@pytest.mark.anyio
+async def test_the_base_url_token_and_timeout_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with running_fake_service() as fake:
+        monkeypatch.setenv("BIR_AUTH_URL", fake.url + "/")
+        monkeypatch.setenv("BIR_TOKEN", fake.token)
+        monkeypatch.setenv("BIR_SERVICE_TIMEOUT_MS", "2500")
+        async with ServiceClient() as service:
+            assert service.configured
+            assert service.timeout_s == 2.5
+            assert await service.match("run_env", "hello", None) is None
+        assert fake.requests_to("match")[0].headers["authorization"] == f"Bearer {fake.token}"
+
+
+@pytest.mark.anyio
+async def test_a_client_without_a_url_asks_nothing_and_says_it_is_not_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BIR_AUTH_URL", raising=False)
+    async with ServiceClient() as service:
+        assert not service.configured
+        assert await service.match("run_x", "hello", {}) is None
+        assert await service.derive("scn_x", "hello") is None
+        with pytest.raises(ServiceError) as caught:
+            await service.get_scenario("scn_x")
+        assert caught.value.kind == "not_configured"
+
+
+@pytest.mark.anyio
+async def test_a_wrong_token_is_a_status_error_naming_the_route() -> None:
+    async with running_fake_service() as fake, ServiceClient(fake.url, "wrong") as service:
+        with pytest.raises(ServiceError) as caught:
+            await service.match("run_x", "hello", {})
+        assert caught.value.kind == "status"
+        assert caught.value.status == 401
+        assert str(caught.value) == "match: HTTP 401 (unauthorized)"
+
+
+@pytest.mark.anyio
+async def test_run_steps_are_read_in_both_spellings() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.add_run(
+            "run_src",
+            [
+                {"stepIndex": 0, "toolName": "mcp__fleet__list_devices", "toolOutput": {"content": []}},
+                {"step_index": 1, "tool_name": "Read", "tool_output": "file text"},
+            ],
+        )
+        steps = await service.get_run_steps("run_src")
+        assert [(s.step_index, s.tool_name, s.tool_output) for s in steps] == [
+            (0, "mcp__fleet__list_devices", {"content": []}),
+            (1, "Read", "file text"),
+        ]
+
+
+@pytest.mark.anyio
+async def test_an_unknown_run_is_a_404_service_error() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        with pytest.raises(ServiceError) as caught:
+            await service.get_run_steps("run_missing")
+        assert (caught.value.kind, caught.value.status) == ("status", 404)
+
+
+@pytest.mark.anyio
+async def test_identifiers_are_quoted_into_one_path_segment() -> None:
+    seen: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path)
+        return httpx.Response(404, json={"error": "run not found"})
+
+    async with ServiceClient("http://service.invalid", "t", transport=httpx.MockTransport(handler)) as service:
+        with pytest.raises(ServiceError):
+            await service.get_run_steps("../../scenarios/scn_x")
+    assert seen == [b"/recordings/runs/..%2F..%2Fscenarios%2Fscn_x"]
+
+
+@pytest.mark.anyio
+async def test_a_report_is_booked_once_and_a_second_is_a_duplicate() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        ticket = fake.add_match("p", scenario_fixture())
+        first = await service.report_execution("scn_fleet_direct", report(ticket))
+        second = await service.report_execution("scn_fleet_direct", report(ticket))
+        assert (first.status, first.http_status, first.execution_id, first.booked) == ("booked", 201, ticket, True)
+        assert (second.status, second.http_status, second.booked) == ("duplicate", 200, False)
+        assert [row.id for row in fake.ledger] == [ticket]
+
+
+@pytest.mark.anyio
+async def test_an_unknown_or_expired_ticket_is_answered_not_raised() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        ticket = fake.add_match("p", scenario_fixture())
+        fake.expire_ticket(ticket)
+        result = await service.report_execution("scn_fleet_direct", report(ticket))
+        unknown = await service.report_execution("scn_fleet_direct", report("tkt_never_issued"))
+        assert (result.status, result.http_status) == ("ticket_unknown", 409)
+        assert unknown.status == "ticket_unknown"
+        assert fake.ledger == []
+        assert fake.baseline == []
+
+
+@pytest.mark.anyio
+async def test_a_costless_report_without_an_error_is_not_recorded() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        ticket = fake.add_match("p", scenario_fixture())
+        body = report(ticket, "not_steered", deriveCostUsd=0, sessionCostUsd=0)
+        result = await service.report_execution("scn_fleet_direct", body)
+        assert (result.status, result.http_status) == ("not_recorded", 202)
+        assert fake.baseline == []
+
+
+@pytest.mark.anyio
+async def test_declines_go_to_the_baseline_and_a_pricing_mismatch_is_unmeasured() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        scenario = scenario_fixture()
+        tickets = [fake.add_match(f"p{i}", scenario) for i in range(3)]
+        await service.report_execution("scn_fleet_direct", report(tickets[0], "not_steered"))
+        await service.report_execution("scn_fleet_direct", report(tickets[1], "failed"))
+        await service.report_execution("scn_fleet_direct", report(tickets[2], "diverged", pricingVersion="1999-01-01"))
+        assert sorted(row.outcome for row in fake.baseline) == ["failed", "not_steered"]
+        assert all(row.measured for row in fake.baseline)
+        [ledger_row] = fake.ledger
+        assert (ledger_row.outcome, ledger_row.measured) == ("diverged", False)
+
+
+@pytest.mark.anyio
+async def test_a_server_error_on_report_raises_a_bounded_error_without_the_body() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.forced["executions"] = Canned(500, raw=b"<html>" + b"x" * 50_000 + b"</html>")
+        with pytest.raises(ServiceError) as caught:
+            await service.report_execution("scn_fleet_direct", report("tkt_1"))
+        assert caught.value.status == 500
+        assert len(str(caught.value)) <= MAX_ERROR_CHARS
+        assert "x" * 200 not in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_derive_returns_the_answer_and_none_when_the_service_declines() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.add_scenario(scenario_fixture())
+        assert await service.derive("scn_fleet_direct", "eu devices") is None
+        answer = {"params": {"region": "us-east-1"}, "derived": True, "missing": [], "costUsd": 0.0004}
+        fake.derive_answers["scn_fleet_direct"] = Canned(200, answer)
+        got = await service.derive("scn_fleet_direct", "us devices", '{"tool":"x"}', "[]")
+        assert got == answer
+        assert fake.requests_to("derive")[-1].body == {
+            "prompt": "us devices",
+            "liveCall": '{"tool":"x"}',
+            "recentResults": "[]",
+        }
+
+
+@pytest.mark.anyio
+async def test_get_scenario_reads_the_serialized_scenario() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.add_scenario(scenario_fixture("fleet-mixed"))
+        scenario_id = scenario_fixture("fleet-mixed")["id"]
+        scenario = await service.get_scenario(scenario_id)
+        assert scenario.id == scenario_id
+        assert scenario.steps
+
+
+@pytest.mark.anyio
+async def test_an_unreadable_scenario_is_a_bad_answer() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.scenarios["scn_bad"] = {"steps": [{"stepIndex": "not a number"}]}
+        with pytest.raises(ServiceError) as caught:
+            await service.get_scenario("scn_bad")
+        assert caught.value.kind == "bad_answer"
+        assert len(str(caught.value)) <= MAX_ERROR_CHARS
+
+
+@pytest.mark.anyio
+async def test_an_answer_that_is_not_json_is_a_bad_answer() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.forced["match"] = Canned(200, raw=b"not json at all")
+        with pytest.raises(ServiceError) as caught:
+            await service.match("run_x", "hello", {})
+        assert caught.value.kind == "bad_answer"
+
+
+@pytest.mark.anyio
+async def test_a_slow_service_times_out_with_a_timeout_error_and_a_log_line(
+    logged: Callable[[], list[dict[str, Any]]],
+) -> None:
+    async with running_fake_service() as fake, client_for(fake, timeout_s=0.2) as service:
+        fake.route_latency_s["match"] = float("inf")
+        with pytest.raises(ServiceError) as caught:
+            await service.match("run_x", "hello", {})
+        assert caught.value.kind == "timeout"
+    failures = [line for line in logged() if line["event"] == "service.request_failed"]
+    assert [(line["route"], line["kind"]) for line in failures] == [("match", "timeout")]
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_service_is_an_unreachable_error() -> None:
+    async with ServiceClient(closed_port_url(), "t") as service:
+        with pytest.raises(ServiceError) as caught:
+            await service.get_scenario("scn_x")
+        assert caught.value.kind == "unreachable"
+        assert len(str(caught.value)) <= MAX_ERROR_CHARS
+
+
+@pytest.mark.anyio
+async def test_an_oversized_answer_is_refused() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.forced["scenario"] = Canned(200, raw=b"[" + b"0," * 9_000_000 + b"0]")
+        with pytest.raises(ServiceError) as caught:
+            await service.get_scenario("scn_x")
+        assert caught.value.kind == "too_large"
+
+
+@pytest.mark.anyio
+async def test_an_injected_client_is_used_and_left_open() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, json={"id": "run_x", "matched": None})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        async with ServiceClient("http://service.invalid", "tok", client=http) as service:
+            assert await service.match("run_x", "hello", {}) is None
+        assert not http.is_closed
+    assert seen[0].url == httpx.URL("http://service.invalid/recordings/runs")
+
+
+@pytest.mark.anyio
+async def test_an_injected_transport_is_used_and_closed_with_the_client() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(409, json={"error": "ticket unknown"})
+
+    service = ServiceClient("http://service.invalid", "tok", transport=httpx.MockTransport(handler))
+    async with service:
+        result = await service.report_execution("scn_x", {"ticket": "t", "outcome": "failed"})
+    assert result.status == "ticket_unknown"

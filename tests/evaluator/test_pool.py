@@ -1,0 +1,305 @@
+"""The supervised pool: limits, failures, recycling, load and process hygiene, with real workers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from bir.core.config import ConfigError
+from bir.evaluator import EvaluatorPool, LogicError
+from bir.evaluator.process import WorkerProcess
+
+pytestmark = pytest.mark.anyio
+
+SPIN = "const end = Date.now() + params.ms; while (Date.now() < end) {} return {done: true}"
+
+
+def _worker_pids(pool: EvaluatorPool) -> list[int]:
+    return [w.pid for w in pool._live if w.pid is not None and w.state == "ready"]
+
+
+async def _busy_worker(pool: EvaluatorPool) -> WorkerProcess:
+    with anyio.fail_after(10):
+        while True:
+            for worker in pool._live:
+                if worker.current is not None and worker.pid is not None:
+                    return worker
+            await anyio.sleep(0.005)
+
+
+async def _busy_worker_pid(pool: EvaluatorPool) -> int:
+    pid = (await _busy_worker(pool)).pid
+    assert pid is not None
+    return pid
+
+
+async def test_a_body_that_loops_is_stopped_near_its_limit_and_its_worker_serves_on(engine: str) -> None:
+    async with EvaluatorPool(workers=1, timeout_ms=300, engine=engine) as pool:
+        before = _worker_pids(pool)
+        started = anyio.current_time()
+        with pytest.raises(LogicError) as caught:
+            await pool.evaluate("toolOutputLogic", "for (;;) {}", "", {}, {})
+        elapsed = anyio.current_time() - started
+        assert caught.value.reason == "timeout"
+        assert caught.value.message == "toolOutputLogic ran longer than 300 ms and was stopped"
+        assert elapsed < 5  # stopped, not hung: the precise figure is for benchmarks
+        assert await pool.evaluate("paramsLogic", "return {ok: 1}", {}) == {"ok": 1}
+        if engine == "v8":
+            assert _worker_pids(pool) == before  # V8 terminated the loop in place
+        assert pool.stats()["timeouts"] == 1
+
+
+async def test_a_body_that_overran_is_refused_at_once_with_the_same_message(engine: str) -> None:
+    async with EvaluatorPool(workers=1, timeout_ms=200, engine=engine) as pool:
+        with pytest.raises(LogicError) as first:
+            await pool.evaluate("paramsLogic", "while (true) {}", {})
+        jobs = pool.stats()["jobs"]
+        with pytest.raises(LogicError) as again:
+            await pool.evaluate("paramsLogic", "while (true) {}", {})
+        assert again.value.reason == "refused"
+        assert again.value.message == first.value.message
+        assert pool.stats()["jobs"] == jobs  # refused without running
+        assert pool.stats()["refused"] == 1
+
+
+async def test_a_microtask_loop_is_a_timeout_and_never_wedges_the_pool() -> None:
+    async with EvaluatorPool(workers=1, timeout_ms=300) as pool:
+        with pytest.raises(LogicError) as caught:
+            await pool.evaluate("paramsLogic", "Promise.resolve().then(() => { for (;;) {} }); return {}", {})
+        assert caught.value.reason == "timeout"
+        assert await pool.evaluate("paramsLogic", "return {after: 1}", {}) == {"after": 1}
+
+
+async def test_a_chain_of_promise_callbacks_reached_without_the_word_promise_is_still_bounded() -> None:
+    body = "const P = globalThis['Pro' + 'mise']; (function again() { P.resolve().then(again) })(); return {}"
+    async with EvaluatorPool(workers=1, timeout_ms=300) as pool:
+        with pytest.raises(LogicError) as caught:
+            await pool.evaluate("paramsLogic", body, {})
+        assert caught.value.reason in ("timeout", "memory")
+        assert await pool.evaluate("paramsLogic", "return {after: 1}", {}) == {"after": 1}
+
+
+async def test_an_async_function_loop_is_bounded() -> None:
+    body = "(async () => { for (;;) { await null } })(); return {}"
+    async with EvaluatorPool(workers=1, timeout_ms=300) as pool:
+        with pytest.raises(LogicError) as caught:
+            await pool.evaluate("paramsLogic", body, {})
+        assert caught.value.reason in ("timeout", "memory")
+        assert await pool.evaluate("paramsLogic", "return {after: 1}", {}) == {"after": 1}
+
+
+async def test_promise_callbacks_that_end_run_before_the_answer_and_leave_nothing(engine: str) -> None:
+    async with EvaluatorPool(workers=1, engine=engine) as pool:
+        body = "const o = {n: 1}; Promise.resolve().then(() => { o.n = 2; globalThis.late = 1 }); return o"
+        assert await pool.evaluate("paramsLogic", body, {}) == {"n": 1}
+        assert await pool.evaluate("paramsLogic", "return {t: typeof late}", {}) == {"t": "undefined"}
+
+
+@pytest.mark.parametrize(
+    "bomb",
+    [
+        "const a = []; for (;;) a.push(new Array(1e6).fill(1.5))",
+        "const a = []; for (let i = 0; ; i++) a.push('x'.repeat(1e6) + i)",
+        "const a = []; for (let i = 0; ; i++) a.push({i, s: 'y' + i, n: [i, i]})",
+    ],
+    ids=["arrays", "strings", "objects"],
+)
+async def test_a_memory_bomb_is_stopped_as_memory(engine: str, bomb: str) -> None:
+    async with EvaluatorPool(workers=1, timeout_ms=10_000, memory_mb=32, engine=engine) as pool:
+        with pytest.raises(LogicError) as caught:
+            await pool.evaluate("paramsLogic", bomb, {})
+        assert caught.value.reason == "memory"
+        assert "ran out of memory" in caught.value.message
+        assert pool.stats()["memory_kills"] == 1
+        assert await pool.evaluate("paramsLogic", "return {after: 1}", {}) == {"after": 1}
+
+
+async def test_a_worker_killed_mid_job_runs_the_job_once_more_on_another_worker(engine: str) -> None:
+    async with EvaluatorPool(workers=1, timeout_ms=5000, engine=engine) as pool:
+        job = asyncio.ensure_future(pool.evaluate("paramsLogic", SPIN, {"ms": 400}))
+        pid = await _busy_worker_pid(pool)
+        os.kill(pid, signal.SIGKILL)
+        assert await job == {"done": True}
+        stats = pool.stats()
+        assert stats["retries"] == 1
+        assert pid not in _worker_pids(pool)
+
+
+async def test_a_body_that_took_a_worker_down_twice_is_refused(engine: str) -> None:
+    async with EvaluatorPool(workers=1, timeout_ms=5000, engine=engine) as pool:
+        job = asyncio.ensure_future(pool.evaluate("paramsLogic", SPIN, {"ms": 3000}))
+        for _ in range(2):
+            worker = await _busy_worker(pool)
+            assert worker.pid is not None
+            os.kill(worker.pid, signal.SIGKILL)
+            with anyio.fail_after(10):
+                await worker.exited.wait()
+        with pytest.raises(LogicError) as caught:
+            await job
+        assert caught.value.reason == "crashed"
+        assert "took its worker down twice" in caught.value.message
+        with pytest.raises(LogicError) as again:
+            await pool.evaluate("paramsLogic", SPIN, {"ms": 1})
+        assert again.value.reason == "refused"
+        assert again.value.message == caught.value.message
+        assert await pool.evaluate("paramsLogic", "return {other: 1}", {}) == {"other": 1}
+
+
+async def test_a_thousand_concurrent_jobs_are_all_answered_correctly(engine: str) -> None:
+    async with EvaluatorPool(workers=2, engine=engine) as pool:
+        body = "return {i: params.i, sq: params.i * params.i, who: respParams.who}"
+        results = await asyncio.gather(
+            *(pool.evaluate("toolInputLogic", body, {"i": i}, {"who": f"w{i}"}) for i in range(1000))
+        )
+        assert results == [{"i": i, "sq": i * i, "who": f"w{i}"} for i in range(1000)]
+        assert pool.stats()["jobs"] == 1000
+
+
+async def test_workers_are_recycled_under_load_and_no_job_waits_for_a_start() -> None:
+    async with EvaluatorPool(workers=2, max_jobs=40) as pool:
+        round_ = 0
+        with anyio.fail_after(60):
+            while pool.stats()["recycled"] < 4:
+                results = await asyncio.gather(
+                    *(pool.evaluate("paramsLogic", "return {v: params.v}", {"v": round_ * 100 + i}) for i in range(100))
+                )
+                assert results == [{"v": round_ * 100 + i} for i in range(100)]
+                round_ += 1
+        stats = pool.stats()
+        assert stats["recycled"] >= 4
+        assert stats["workers_started"] >= 2 + stats["recycled"]
+        assert stats["cold_waits"] == 0
+
+
+async def test_a_full_queue_answers_overloaded(engine: str) -> None:
+    async with EvaluatorPool(workers=1, queue_max=3, timeout_ms=5000, engine=engine) as pool:
+        running = [asyncio.ensure_future(pool.evaluate("paramsLogic", SPIN, {"ms": 200})) for _ in range(4)]
+        await _busy_worker_pid(pool)
+        with pytest.raises(LogicError) as caught:
+            await pool.evaluate("paramsLogic", "return {}", {})
+        assert caught.value.reason == "overloaded"
+        assert "BIR_LOGIC_QUEUE" in caught.value.message
+        assert await asyncio.gather(*running) == [{"done": True}] * 4
+
+
+async def test_a_cancelled_caller_leaves_no_wedged_worker_and_no_leaked_job(engine: str) -> None:
+    async with EvaluatorPool(workers=1, timeout_ms=5000, engine=engine) as pool:
+        running = asyncio.ensure_future(pool.evaluate("paramsLogic", SPIN, {"ms": 300}))
+        queued = asyncio.ensure_future(pool.evaluate("paramsLogic", SPIN, {"ms": 300}))
+        await _busy_worker_pid(pool)
+        running.cancel()
+        queued.cancel()
+        for task in (running, queued):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert await pool.evaluate("paramsLogic", "return {next: 1}", {}) == {"next": 1}
+        assert pool.stats()["queued"] == 0
+        assert pool.stats()["jobs"] == 2  # the cancelled running job finished; the queued one never ran
+
+
+async def test_a_closed_pool_answers_closed_and_fails_queued_jobs() -> None:
+    pool = EvaluatorPool(workers=1, timeout_ms=5000)
+    await pool.start()
+    running = asyncio.ensure_future(pool.evaluate("paramsLogic", SPIN, {"ms": 2000}))
+    queued = asyncio.ensure_future(pool.evaluate("paramsLogic", "return {}", {}))
+    await _busy_worker_pid(pool)
+    await pool.close()
+    for task in (running, queued):
+        with pytest.raises(LogicError) as caught:
+            await task
+        assert caught.value.reason == "closed"
+    with pytest.raises(LogicError) as after:
+        await pool.evaluate("paramsLogic", "return {}", {})
+    assert after.value.reason == "closed"
+
+
+async def test_an_unknown_kind_and_non_json_arguments_are_clear_errors(pool: EvaluatorPool) -> None:
+    with pytest.raises(LogicError) as caught:
+        await pool.evaluate("nope", "return {}", {})
+    assert caught.value.reason == "compile"
+    with pytest.raises(TypeError):
+        await pool.evaluate("paramsLogic", "return {}", {"x": object()})
+
+
+async def test_workers_run_with_an_empty_environment_in_an_empty_folder_with_only_their_pipes() -> None:
+    marker = tempfile.TemporaryFile()  # noqa: SIM115 - held open across the pool's start on purpose
+    os.set_inheritable(marker.fileno(), True)
+    os.environ["BIR_TEST_SECRET"] = "s3cret"
+    try:
+        async with EvaluatorPool(workers=1) as pool:
+            _assert_clean_process(_worker_pids(pool)[0], marker.fileno())
+    finally:
+        del os.environ["BIR_TEST_SECRET"]
+        marker.close()
+
+
+def _assert_clean_process(pid: int, marker_fd: int) -> None:
+    proc = psutil.Process(pid)
+    assert proc.environ() == {}
+    assert list(Path(proc.cwd()).iterdir()) == []
+    assert all(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("pipe:") for fd in (0, 1, 2))
+    links = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    assert os.readlink(f"/proc/self/fd/{marker_fd}") not in links
+
+
+def test_workers_die_with_their_parent() -> None:
+    script = textwrap.dedent(
+        """
+        import asyncio, json, sys
+        from bir.evaluator import EvaluatorPool
+
+        async def main():
+            pool = EvaluatorPool(workers=2)
+            await pool.start()
+            print(json.dumps([w.pid for w in pool._live]), flush=True)
+            await asyncio.sleep(60)
+
+        asyncio.run(main())
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        pids = json.loads(parent.stdout.readline())
+        assert len(pids) == 2
+        assert all(psutil.pid_exists(p) for p in pids)
+        parent.kill()
+        parent.wait(timeout=10)
+        _, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)], timeout=10)
+        assert alive == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+
+async def test_pool_settings_come_from_the_environment_and_are_clamped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BIR_LOGIC_TIMEOUT_MS", "60000")
+    monkeypatch.setenv("BIR_LOGIC_WORKERS", "1")
+    monkeypatch.setenv("BIR_LOGIC_MAX_JOBS", "77")
+    pool = EvaluatorPool()
+    assert (pool.timeout_ms, pool.workers, pool.max_jobs) == (10_000, 1, 77)
+    assert EvaluatorPool(timeout_ms=99_999).timeout_ms == 10_000
+
+
+def test_a_setting_that_is_not_a_number_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BIR_LOGIC_MEMORY_MB", "lots")
+    with pytest.raises(ConfigError, match="BIR_LOGIC_MEMORY_MB"):
+        EvaluatorPool()
