@@ -1,0 +1,242 @@
+"""The proxy's HTTP client of the control server (spec §16.1): register, poll, result, step.
+
+Every failure to reach the server or to read its answer is one error type, `ControlUnreachable`:
+the work loop backs off and registers again, and nothing here ever reaches the host session.
+Answers are read leniently (unknown fields ignored, missing ones defaulted), as the server may be
+an older or newer ``bir``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol, TypeVar
+
+import httpx
+import msgspec
+
+# A request that is not a long poll is answered at once by a healthy server.
+REQUEST_TIMEOUT_S: Final = 5.0
+# How much longer than its hold a long poll may take before it counts as lost.
+POLL_SLACK_S: Final = 5.0
+DEFAULT_POLL_HOLD_MS: Final = 25_000
+MAX_POLL_HOLD_MS: Final = 60_000
+# The control server refuses bodies past 8 MiB; a step report stays under that.
+MAX_REPORT_BYTES: Final = 7 * 1024 * 1024
+_MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
+
+
+_T = TypeVar("_T")
+
+
+class ControlUnreachable(Exception):
+    """The control server could not be reached, refused us, or answered something unreadable."""
+
+
+class Endpoint(Protocol):
+    """What discovery yields: ``bir.hooks.discovery.Discovery`` has these and more."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def token(self) -> str: ...
+
+
+def discover(project_dir: str | os.PathLike[str]) -> Endpoint | None:
+    """The project's live control server, or None (none running, or discovery not installed)."""
+    try:
+        from bir.hooks.discovery import read_discovery
+    except ImportError:
+        return None
+    try:
+        return read_discovery(project_dir)
+    except Exception:  # noqa: BLE001 - a broken discovery file means "no control server", never a crash
+        return None
+
+
+class _RegisterAnswer(msgspec.Struct, frozen=True, rename="camel"):
+    replay: bool = False
+    poll_hold_ms: int = DEFAULT_POLL_HOLD_MS
+
+
+class Work(msgspec.Struct, frozen=True, rename="camel"):
+    """One call the control server hands to this proxy. ``tool_name`` is the upstream's own name."""
+
+    work_id: str
+    tool_name: str
+    arguments: Any = None
+    timeout_ms: int = 60_000
+
+
+class PollAnswer(msgspec.Struct, frozen=True, rename="camel"):
+    """``{}`` (held and nothing came), ``{work}``, or ``{replay: false}``."""
+
+    work: Work | None = None
+    replay: bool | None = None
+
+
+_register_decoder: Final = msgspec.json.Decoder(_RegisterAnswer)
+_poll_decoder: Final = msgspec.json.Decoder(PollAnswer)
+
+
+@dataclass(frozen=True)
+class Registration:
+    replay: bool
+    poll_hold_ms: int
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One relayed ``tools/call``. ``result`` None with no ``error``: sent, outcome unknown."""
+
+    tool_name: str
+    arguments: Any
+    result: Any
+    error: str | None
+    call_id: str | None
+    duration_ms: float
+
+
+class ControlClient:
+    """One proxy's view of one control server."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        server_name: str,
+        proxy_id: str,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = endpoint.url.rstrip("/")
+        self._token = endpoint.token
+        self.server_name = server_name
+        self.proxy_id = proxy_id
+        self._started_at = int(time.time() * 1000)
+        # Loopback only: never let an HTTP(S)_PROXY variable send the token elsewhere.
+        self._http = http or httpx.AsyncClient(trust_env=False, timeout=REQUEST_TIMEOUT_S)
+        self._owns_http = http is None
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def register(self) -> Registration:
+        """``POST /proxy/register``.
+
+        Raises:
+            ControlUnreachable: no answer, a non-2xx answer, or an unreadable one.
+        """
+        body = {
+            "serverName": self.server_name,
+            "proxyId": self.proxy_id,
+            "pid": os.getpid(),
+            "startedAt": self._started_at,
+        }
+        raw = await self._post("/proxy/register", body, REQUEST_TIMEOUT_S)
+        answer = _decode(_register_decoder, raw)
+        hold = max(0, min(answer.poll_hold_ms, MAX_POLL_HOLD_MS))
+        return Registration(replay=answer.replay, poll_hold_ms=hold)
+
+    async def poll(self, hold_ms: int) -> PollAnswer:
+        """``POST /proxy/poll``, held by the server up to ``hold_ms``.
+
+        Raises:
+            ControlUnreachable: no answer within the hold plus slack, or an unusable one.
+        """
+        body = {
+            "serverName": self.server_name,
+            "proxyId": self.proxy_id,
+            "pid": os.getpid(),
+            "startedAt": self._started_at,
+            "holdMs": hold_ms,
+        }
+        raw = await self._post("/proxy/poll", body, hold_ms / 1000 + POLL_SLACK_S)
+        return _decode(_poll_decoder, raw)
+
+    async def result(self, work_id: str, result: Any = None, error: str | None = None) -> None:
+        """``POST /proxy/result``: exactly one of ``result`` and ``error`` is meant to be set.
+
+        Raises:
+            ControlUnreachable: the server did not take it.
+        """
+        body: dict[str, Any] = {"workId": work_id}
+        if error is not None:
+            body["error"] = error
+        else:
+            body["result"] = result
+        await self._post("/proxy/result", _fit(body, "result"), REQUEST_TIMEOUT_S)
+
+    async def step(self, report: StepReport) -> None:
+        """``POST /proxy/step``: one relayed call, for correlation and threading (spec §7.2).
+
+        Raises:
+            ControlUnreachable: the server did not take it.
+        """
+        body: dict[str, Any] = {
+            "serverName": self.server_name,
+            "proxyId": self.proxy_id,
+            "toolName": report.tool_name,
+            "arguments": report.arguments,
+            "durationMs": max(0.0, report.duration_ms),
+        }
+        if report.call_id is not None:
+            body["callId"] = report.call_id
+        if report.error is not None:
+            body["error"] = report.error
+        elif report.result is not None:
+            body["result"] = report.result
+        await self._post("/proxy/step", _fit(body, "result"), REQUEST_TIMEOUT_S)
+
+    async def _post(self, path: str, body: dict[str, Any] | bytes, timeout_s: float) -> bytes:
+        content = body if isinstance(body, bytes) else msgspec.json.encode(body)
+        try:
+            async with self._http.stream(
+                "POST",
+                self.url + path,
+                content=content,
+                headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+                timeout=timeout_s,
+            ) as response:
+                if response.status_code // 100 != 2:
+                    raise ControlUnreachable(f"{path} answered HTTP {response.status_code}")
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > _MAX_ANSWER_BYTES:
+                        raise ControlUnreachable(f"{path} answered more than {_MAX_ANSWER_BYTES} bytes")
+                    chunks.append(chunk)
+                return b"".join(chunks)
+        except httpx.HTTPError as exc:
+            raise ControlUnreachable(f"{path}: {type(exc).__name__}: {exc}") from exc
+
+
+def _decode(decoder: msgspec.json.Decoder[_T], raw: bytes) -> _T:
+    try:
+        return decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ControlUnreachable(f"unreadable answer: {exc}") from exc
+
+
+def _fit(body: dict[str, Any], field: str) -> bytes:
+    """Serialise ``body``; if it is past the server's limit, drop ``field`` and say so instead."""
+    encoded = msgspec.json.encode(body)
+    if len(encoded) <= MAX_REPORT_BYTES:
+        return encoded
+    # No result then means "outcome unknown", never a success (spec §16.2).
+    slim = {k: v for k, v in body.items() if k not in (field, "arguments")}
+    slim["error"] = f"the {field} was too large to report ({len(encoded)} bytes)"
+    return msgspec.json.encode(slim)
+
+
+def project_dir(explicit: str | None) -> Path:
+    """The project whose control server this proxy looks for: ``--project``, else Claude Code's
+    ``CLAUDE_PROJECT_DIR``, else the working directory."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("CLAUDE_PROJECT_DIR")
+    return Path(env) if env else Path.cwd()

@@ -1,0 +1,52 @@
+"""The one logging helper: one bounded JSON object per line."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from bir.core import log
+
+
+def _capture(event: str, **fields: object) -> dict[str, object]:
+    stream = io.StringIO()
+    log.set_stream(stream)
+    try:
+        log.log_event(event, **fields)
+    finally:
+        log.set_stream(None)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    parsed: dict[str, object] = json.loads(lines[0])
+    return parsed
+
+
+def test_a_log_line_is_one_json_object_with_its_event() -> None:
+    line = _capture("replay.decision", reason="match_timeout", similarity=0.93)
+    assert line["event"] == "replay.decision"
+    assert line["reason"] == "match_timeout"
+    assert line["similarity"] == 0.93
+
+
+def test_a_huge_field_is_cut_and_the_line_stays_bounded() -> None:
+    line = _capture("evaluator.worker_stderr", line="x" * 200_000, nested={"deep": ["y" * 50_000] * 100})
+    assert len(json.dumps(line)) <= log.MAX_LINE_CHARS + 200
+    assert line["event"] == "evaluator.worker_stderr"
+    assert line.get("truncated") is True or str(line["line"]).startswith("x")
+
+
+def test_a_value_that_is_not_json_is_shown_as_text() -> None:
+    line = _capture("x", value=object(), items={1, 2})
+    assert isinstance(line["value"], str)
+
+
+def test_logging_never_raises_even_when_the_stream_is_broken() -> None:
+    class Broken(io.StringIO):
+        def write(self, s: str) -> int:
+            raise OSError("gone")
+
+    log.set_stream(Broken())
+    try:
+        log.log_event("x", a=1)
+    finally:
+        log.set_stream(None)
