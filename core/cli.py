@@ -18,6 +18,20 @@ def _build_parser() -> argparse.ArgumentParser:
     ev = bench_sub.add_parser("eval", help="the evaluator pool against the in-process floor")
     ev.add_argument("--quick", action="store_true", help="fewer iterations (about 20 s)")
     ev.add_argument("--json", action="store_true", help="print one JSON document")
+    px = bench_sub.add_parser("proxy", help="what bir-proxy adds to a tools/call, and a direct step's round trip")
+    px.add_argument("--quick", action="store_true", help="fewer iterations (about 30 s)")
+    px.add_argument("--json", action="store_true", help="print one JSON document")
+
+    rp = sub.add_parser("replay", help="run a scenario's plan through the control server and the proxies")
+    rp.add_argument("--scenario", required=True, help="a scenario file, or a scn_ id on the service")
+    rp.add_argument("--prompt", required=True, help="the request the scenario is replayed for")
+    rp.add_argument("--param", action="append", metavar="NAME=VALUE", help="a parameter value (wins over derivation)")
+    rp.add_argument(
+        "--wrap", action="append", metavar="NAME=COMMAND", help="with no control server: wrap this stdio MCP server"
+    )
+    rp.add_argument("--dry", action="store_true", help="derive and plan only: run no step")
+    rp.add_argument("--json", action="store_true", help="print one JSON document")
+    rp.add_argument("--project", default=".", help="the project directory (default: the working directory)")
 
     cfg = sub.add_parser("config", help="the BIR_* variables")
     cfg.add_argument("--markdown", action="store_true", help="print the README's table")
@@ -28,6 +42,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "replay":
+            import asyncio
+
+            from bir.hooks.replay_cmd import ReplayUsageError, main_args, run_replay
+
+            try:
+                replay_args = main_args(args)
+            except ReplayUsageError as exc:
+                sys.stderr.write(f"bir replay: {exc}\n")
+                return 2
+            return asyncio.run(run_replay(replay_args))
         if args.command == "config":
             sys.stdout.write(markdown_table() + "\n")
             return 0
@@ -35,13 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bir.evaluator.bench import run_eval_bench
 
             return run_eval_bench(quick=args.quick, as_json=args.json)
+        if args.command == "bench" and args.bench_target == "proxy":
+            from bir.proxy.bench import run_proxy_bench
+
+            return run_proxy_bench(quick=args.quick, as_json=args.json)
     except ConfigError as exc:
         sys.stderr.write(f"bir: {exc}\n")
         return 2
     except KeyboardInterrupt:
         return 130
-    parser.error("unknown command")
-    return 2
+    parser.error("unknown command")  # exits with status 2
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import msgspec
+import psutil
 
 from bir.core import config
 from bir.core.log import log_event
@@ -43,27 +44,27 @@ def discovery_key(project_dir: str | os.PathLike[str]) -> str:
     return hashlib.sha256(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
-def control_dir() -> Path:
-    """``<BIR_HOME>/control``."""
-    return config.home() / "control"
+def control_dir(home: Path | None = None) -> Path:
+    """``<BIR_HOME>/control`` (or under ``home``: ``bir replay`` announces its own server only there)."""
+    return (home if home is not None else config.home()) / "control"
 
 
-def discovery_path(project_dir: str | os.PathLike[str]) -> Path:
+def discovery_path(project_dir: str | os.PathLike[str], home: Path | None = None) -> Path:
     """Where the discovery file of ``project_dir`` lives (whether or not it exists)."""
-    return control_dir() / f"{discovery_key(project_dir)}.json"
+    return control_dir(home) / f"{discovery_key(project_dir)}.json"
 
 
-def write_discovery(discovery: Discovery) -> Path:
+def write_discovery(discovery: Discovery, home: Path | None = None) -> Path:
     """Write the discovery file for ``discovery.project`` atomically, mode 0600, and return its path.
 
     Raises:
         OSError: the control directory or the file cannot be written.
     """
-    directory = control_dir()
+    directory = control_dir(home)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     # mkdir's mode is filtered by the umask and ignored for an existing directory.
     os.chmod(directory, 0o700)
-    target = discovery_path(discovery.project)
+    target = discovery_path(discovery.project, home)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".tmp", dir=directory)
     try:
         # mkstemp creates the file 0600 already; say so rather than rely on it.
@@ -92,6 +93,9 @@ def pid_alive(pid: int) -> bool:
         return True
     except OSError:
         return False
+    # A process that exited but was not reaped yet still answers signal 0.
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     return True
 
 

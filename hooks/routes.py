@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bir.core import config
 from bir.core.log import log_event
+from bir.hooks.work_queue import NotSentError, StepTimeoutError, WorkQueueError
 
 if TYPE_CHECKING:
     from bir.hooks.server import ControlServer
@@ -88,6 +89,15 @@ class HelloBody(_Body):
     version: str = Field(max_length=_MAX_NAME)
     tools: int = Field(ge=0)
     off: bool
+
+
+class CallBody(_Body):
+    """``bir replay``'s request to run one direct step through the work queue."""
+
+    server_name: str = Field(min_length=1, max_length=_MAX_NAME)
+    tool_name: str = Field(min_length=1, max_length=_MAX_NAME)
+    arguments: Any = None
+    timeout_ms: int = Field(ge=1, le=600_000)
 
 
 class RunBody(_Body):
@@ -242,8 +252,15 @@ def build_app(server: ControlServer) -> Starlette:
     """The Starlette app of ``server``, wrapped in the guard."""
 
     async def health(request: Request) -> Response:
+        served = sorted(name for name in server.wrapped if server.queue.is_served(name))
         return json_response(
-            {"ok": True, "pid": os.getpid(), "version": server.version, "uptimeMs": server.uptime_ms()}
+            {
+                "ok": True,
+                "pid": os.getpid(),
+                "version": server.version,
+                "uptimeMs": server.uptime_ms(),
+                "served": served,
+            }
         )
 
     async def proxy_register(request: Request) -> Response:
@@ -335,8 +352,23 @@ def build_app(server: ControlServer) -> Starlette:
             log_event("scenario.run_failed", error=f"{type(exc).__name__}: {exc}", tool_use_id=body.tool_use_id)
             return json_response({"ok": False, "why": "the scenario could not be run"})
 
+    async def replay_call(request: Request) -> Response:
+        # One step of `bir replay`, run on the proxy that owns its server. `sent` tells the caller
+        # whether the call may have run (§8: "may or may not have completed").
+        body, _ = await parse_body(request, CallBody)
+        try:
+            result = await server.queue.call(body.server_name, body.tool_name, body.arguments, body.timeout_ms / 1000)
+        except NotSentError as exc:
+            return json_response({"ok": False, "sent": False, "why": str(exc)[:_MAX_ERROR_CHARS]})
+        except StepTimeoutError as exc:
+            return json_response({"ok": False, "sent": exc.taken, "why": str(exc)[:_MAX_ERROR_CHARS]})
+        except WorkQueueError as exc:
+            return json_response({"ok": False, "sent": True, "why": str(exc)[:_MAX_ERROR_CHARS]})
+        return json_response({"ok": True, "result": result})
+
     routes = [
         Route("/health", _guarded("health", health), methods=["GET"]),
+        Route("/replay/call", _guarded("replay/call", replay_call), methods=["POST"]),
         Route("/proxy/register", _guarded("proxy/register", proxy_register), methods=["POST"]),
         Route("/proxy/poll", _guarded("proxy/poll", proxy_poll), methods=["POST"]),
         Route("/proxy/result", _guarded("proxy/result", proxy_result), methods=["POST"]),

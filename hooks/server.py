@@ -148,6 +148,10 @@ class ControlServer:
             raise RuntimeError("the control server is already started")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.create_server((host, port), family=family, backlog=128)
+        # create_server leaves the protocol number 0, so asyncio does not set TCP_NODELAY on accepted
+        # sockets; without it every long-poll answer waits ~40 ms for a delayed ACK. Linux passes the
+        # option on to accepted sockets.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_host, bound_port = sock.getsockname()[:2]
         cfg = uvicorn.Config(
             self.app,

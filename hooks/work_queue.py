@@ -31,6 +31,7 @@ import anyio
 
 from bir.core.log import log_event
 from bir.core.types import parse_qualified_name
+from bir.hooks.discovery import pid_alive
 
 # A server whose proxies have all been silent this long is not served: calls fail fast.
 PROXY_STALE_S = 60.0
@@ -42,6 +43,8 @@ MAX_QUEUED_PER_SERVER = 64
 MAX_PROXIES = 512
 MAX_SESSIONS = 1024
 _MAX_ERROR_CHARS = 2000
+# How often a call that a proxy took checks that the proxy is still running.
+PROXY_CHECK_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,10 @@ class StepTimeoutError(WorkQueueError):
 
 class ProxyCallError(WorkQueueError):
     """The proxy sent the call and reported an error, or no result at all (it may or may not have run)."""
+
+
+class ProxyGoneError(ProxyCallError):
+    """The proxy that took the call exited before it answered (it may or may not have run)."""
 
 
 @dataclass(eq=False)
@@ -274,8 +281,7 @@ class ProxyWorkQueue:
         if proxy.poll is not None:
             proxy.poll.wake.set()
         try:
-            with anyio.fail_after(timeout_s):
-                result, error = await call.outcome
+            result, error = await self._await_outcome(call, server_name, timeout_s)
         except TimeoutError:
             raise StepTimeoutError(
                 f"{server_name}/{work.tool_name} did not answer within {work.timeout_ms} ms", taken=call.taken
@@ -292,6 +298,24 @@ class ProxyWorkQueue:
         if result is None:
             raise ProxyCallError("the proxy sent no result: the call may or may not have run")
         return result
+
+    async def _await_outcome(self, call: _Call, server_name: str, timeout_s: float) -> tuple[object, str | None]:
+        """The proxy's answer; a proxy that took the call and then died fails it at once, not at its timeout.
+
+        Raises:
+            TimeoutError: ``timeout_s`` passed.
+            ProxyGoneError: the proxy that took the call is no longer running.
+        """
+        with anyio.fail_after(timeout_s):
+            while True:
+                done, _ = await asyncio.wait({call.outcome}, timeout=PROXY_CHECK_S)
+                if done:
+                    return call.outcome.result()
+                pid = call.proxy.pid
+                if call.taken and pid is not None and not pid_alive(pid):
+                    raise ProxyGoneError(
+                        f"the {server_name} proxy (pid {pid}) exited after it took the call: it may or may not have run"
+                    )
 
     def close(self) -> None:
         """Stop: answer every parked poll, and fail every waiting call with `NoProxyError`."""

@@ -13,7 +13,12 @@ setup() {
 }
 
 main_job() {
-    "$VENV/bin/bir" bench eval --quick
+    # Replay the direct fleet scenario: the plan's logic in the evaluator pool, its two MCP steps through
+    # an in-process control server and a bir-proxy wrapping the demo fleet server.
+    "$VENV/bin/bir" replay --scenario examples/scenarios/fleet-direct.json \
+        --prompt "find the riskiest device in eu-west-1 and show its details" \
+        --param region=eu-west-1 \
+        --wrap "fleet=$VENV/bin/python examples/fleet_server.py"
 }
 
 checks() {

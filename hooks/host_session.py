@@ -1,0 +1,182 @@
+"""A minimal MCP host for a ``bir-proxy`` that ``bir replay --wrap`` starts.
+
+A proxy runs work only once its host has initialized the MCP session with the upstream (the proxy
+relays the host's own ``initialize``). With no Claude Code session around, ``bir replay`` is that
+host: it spawns the proxy, sends ``initialize`` and ``notifications/initialized``, drains the
+proxy's stdout, and stops it within bounds (close stdin, wait, terminate, kill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from bir import __version__
+from bir.core.log import log_event
+from bir.proxy.framing import NEED_DATA, LineSplitter, LineTooLong
+
+PROTOCOL_VERSION: Final = "2025-06-18"
+INITIALIZE_TIMEOUT_S: Final = 30.0
+STOP_STEP_S: Final = 2.0
+
+
+class HostSessionError(RuntimeError):
+    """The wrapped server could not be started or did not initialize."""
+
+
+class ProxyHost:
+    """One ``bir-proxy`` subprocess wrapping ``command`` as server ``name``, with this process as its host."""
+
+    def __init__(self, name: str, command: str, *, project: Path, env: Mapping[str, str]) -> None:
+        self.name = name
+        self.command = command
+        self._project = project
+        self._env = dict(env)
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._initialized: asyncio.Future[dict[str, object]] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    async def start(self) -> dict[str, object]:
+        """Spawn the proxy and complete the MCP handshake through it; answer the server's ``initialize`` result.
+
+        Raises:
+            HostSessionError: the command does not parse, the proxy exits, or the handshake times out.
+        """
+        try:
+            upstream = shlex.split(self.command)
+        except ValueError as exc:
+            raise HostSessionError(f"--wrap {self.name}: {exc}") from None
+        if not upstream:
+            raise HostSessionError(f"--wrap {self.name}: the command is empty")
+        argv = [
+            sys.executable,
+            "-m",
+            "bir.proxy",
+            "--server-name",
+            self.name,
+            "--project",
+            str(self._project),
+            "--",
+            *upstream,
+        ]
+        self._process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=None,
+            env=self._env,
+            cwd=str(self._project),
+        )
+        loop = asyncio.get_running_loop()
+        self._initialized = loop.create_future()
+        self._reader = loop.create_task(self._read())
+        self._send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "bir-replay", "version": __version__},
+                },
+            }
+        )
+        try:
+            result = await asyncio.wait_for(asyncio.shield(self._initialized), INITIALIZE_TIMEOUT_S)
+        except TimeoutError:
+            raise HostSessionError(f"{self.name} did not answer initialize within {INITIALIZE_TIMEOUT_S:g} s") from None
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return result
+
+    def _send(self, message: dict[str, object]) -> None:
+        assert self._process is not None
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+    async def _read(self) -> None:
+        assert self._process is not None
+        assert self._process.stdout is not None
+        splitter = LineSplitter()
+        stdout = self._process.stdout
+        while True:
+            data = await stdout.read(65536)
+            splitter.feed(data)
+            while True:
+                try:
+                    line = splitter.next_line()
+                except LineTooLong:
+                    continue
+                if line is NEED_DATA:
+                    break
+                self._handle(bytes(line))
+            if not data:
+                break
+        if self._initialized is not None and not self._initialized.done():
+            self._initialized.set_exception(
+                HostSessionError(f"{self.name}: the proxy exited before initializing (code {self._process.returncode})")
+            )
+
+    def _handle(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        if message.get("id") == 1 and self._initialized is not None and not self._initialized.done():
+            if isinstance(message.get("result"), dict):
+                self._initialized.set_result(message["result"])
+            else:
+                self._initialized.set_exception(HostSessionError(f"{self.name}: initialize failed: {line[:300]!r}"))
+        elif "method" in message and "id" in message:
+            # A request from the server (ping, roots/list…): a host that has nothing to offer says so.
+            reply: dict[str, object] = {"jsonrpc": "2.0", "id": message["id"]}
+            if message["method"] == "ping":
+                reply["result"] = {}
+            else:
+                reply["error"] = {"code": -32601, "message": "not supported by bir replay"}
+            with contextlib.suppress(Exception):
+                self._send(reply)
+
+    async def stop(self) -> None:
+        """Close the proxy's stdin, then terminate, then kill: each step bounded."""
+        process = self._process
+        if process is None:
+            return
+        if process.stdin is not None and not process.stdin.is_closing():
+            process.stdin.close()
+        for escalate in (None, process.terminate, process.kill):
+            if escalate is not None and process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    escalate()
+            try:
+                await asyncio.wait_for(process.wait(), STOP_STEP_S)
+                break
+            except TimeoutError:
+                continue
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        if process.returncode is None:
+            log_event("replay.proxy_not_stopped", server=self.name, pid=process.pid)
+
+
+def proxy_environment(bir_home: Path) -> dict[str, str]:
+    """The proxy inherits this environment (its upstream needs PATH and the like), with BIR_HOME
+    pointing at the in-process control server's own discovery folder."""
+    env = dict(os.environ)
+    env["BIR_HOME"] = str(bir_home)
+    return env
