@@ -344,9 +344,24 @@ def build_app(server: ControlServer) -> Starlette:
         if runner is None:
             return json_response({"ok": False, "why": "no_plan"})
         limit_s = config.require_int("BIR_SCENARIO_RUN_TIMEOUT_MS") / 1000
+        answer: Mapping[str, object] | None = None
         try:
             with anyio.fail_after(limit_s):
-                answer = await runner(ScenarioRunRequest(body.tool_use_id, body.session_id))
+                async with anyio.create_task_group() as group:
+
+                    async def hang_up() -> None:
+                        # Esc in the host cancels run_scenario, and bir-scenario drops this request:
+                        # the run is cancelled with it, so no further step starts (§6.3).
+                        while (await request.receive())["type"] != "http.disconnect":
+                            pass
+                        log_event("scenario.run_cancelled", tool_use_id=body.tool_use_id)
+                        group.cancel_scope.cancel()
+
+                    group.start_soon(hang_up)
+                    answer = await runner(ScenarioRunRequest(body.tool_use_id, body.session_id))
+                    group.cancel_scope.cancel()
+            if answer is None:
+                return json_response({"ok": False, "why": "cancelled"})
             return json_response(dict(answer))
         except Exception as exc:  # noqa: BLE001 - §16.1: a run that threw is an answer, not a crash
             log_event("scenario.run_failed", error=f"{type(exc).__name__}: {exc}", tool_use_id=body.tool_use_id)

@@ -310,11 +310,15 @@ async def test_a_run_past_the_timeout_is_not_available(project: Path, tmp_path: 
 
 @pytest.mark.anyio
 async def test_cancelling_the_call_aborts_the_http_request(project: Path, tmp_path: Path) -> None:
-    started, disconnected, release = anyio.Event(), anyio.Event(), anyio.Event()
+    started, disconnected, release, cancelled = anyio.Event(), anyio.Event(), anyio.Event(), anyio.Event()
 
     async def hanging(request: ScenarioRunRequest) -> Mapping[str, object]:
         started.set()
-        await release.wait()
+        try:
+            await release.wait()
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()  # the control server starts no further step
+            raise
         return {"ok": True, "text": "never read"}
 
     def wrap(app: ASGIApp) -> ASGIApp:
@@ -330,6 +334,7 @@ async def test_cancelling_the_call_aborts_the_http_request(project: Path, tmp_pa
             tg.cancel_scope.cancel()
         with anyio.fail_after(10):
             await disconnected.wait()
+            await cancelled.wait()
         release.set()
         # The server survives the cancellation and answers the next call.
         control.scenario_runner = fixed({"ok": False, "why": "no_plan"})
