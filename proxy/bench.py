@@ -14,14 +14,13 @@ which the third client session is.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -173,8 +172,7 @@ async def _measure(plan: Plan, workdir: Path, errlog: TextIO) -> _Measured:
     try:
         await control.start()
         # The proxy finds the control server through discovery under its own BIR_HOME.
-        with _bir_home(home):
-            write_discovery(control.discovery(project))
+        write_discovery(control.discovery(project), home=home)
         async with AsyncExitStack() as stack:
             fleet = [sys.executable, str(FLEET_SERVER)]
             relay = [sys.executable, "-m", "bir.proxy", "--server-name", SERVER_NAME]
@@ -273,20 +271,6 @@ def _arguments(tool: str, round_no: int) -> dict[str, Any]:
     if tool == "get_device":
         return {"id": f"dev-{round_no % _FLEET_SIZE + 1:03d}"}
     return {"region": _REGIONS[round_no % len(_REGIONS)]}
-
-
-@contextlib.contextmanager
-def _bir_home(home: Path) -> Iterator[None]:
-    # write_discovery reads BIR_HOME from the environment; ours is borrowed for that one write.
-    before = os.environ.get("BIR_HOME")
-    os.environ["BIR_HOME"] = str(home)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["BIR_HOME"]
-        else:
-            os.environ["BIR_HOME"] = before
 
 
 def _text(value: object) -> str:
