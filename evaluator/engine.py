@@ -39,10 +39,6 @@ class Outcome:
     settle: bool = False
 
 
-class RealmLost(Exception):
-    """Work an earlier job queued left the realm in a state that cannot be repaired."""
-
-
 class Wedged(Exception):
     """The engine did not stop when told to: the worker must exit."""
 

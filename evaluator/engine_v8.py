@@ -18,7 +18,9 @@ import time
 from contextlib import AbstractContextManager
 from typing import Any, Final
 
-from bir.evaluator.engine import Outcome, RealmLost, Wedged, bounded, memory_message, timeout_message
+import msgspec
+
+from bir.evaluator.engine import Outcome, Wedged, bounded, memory_message, timeout_message
 from bir.evaluator.realm import factory_source, js_length, setup_script
 from bir.evaluator.wire import Job
 
@@ -136,8 +138,6 @@ class V8Engine:
             if tag == "M":
                 self._defined.discard(key)
                 continue
-            if tag == "X":
-                raise RealmLost
             if tag == "C":
                 return Outcome(
                     ok=False,
@@ -158,9 +158,9 @@ class V8Engine:
         return Outcome(ok=False, reason="compile", message=f"{job.kind} could not be compiled")
 
     def _script(self, job: Job, *, define: bool) -> str:
-        import json
-
-        run = f'{self._runner}.r("{job.key}", {json.dumps(job.args, ensure_ascii=False)})'
+        # The arguments cross as one JSON string literal that JSON.parse reads inside the call: a
+        # literal object would treat a "__proto__" key as a prototype, JSON.parse as a plain key.
+        run = f'{self._runner}.r("{job.key}", {_ENCODE(job.args).decode()})'
         if not define:
             return run
         factory = factory_source(job.kind, job.body)
@@ -211,5 +211,9 @@ def _compile_message(kind: str, raw: str) -> str:
     return f"{kind} did not compile: {match.group(2)} (line {line} of the body)"
 
 
+_KEY = re.compile(r"[0-9a-f]{32}")
+_ENCODE = msgspec.json.Encoder().encode
+
+
 def _is_key(key: str) -> bool:
-    return len(key) == 32 and all(c in "0123456789abcdef" for c in key)
+    return _KEY.fullmatch(key) is not None

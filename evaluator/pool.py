@@ -253,7 +253,12 @@ class EvaluatorPool(WorkerEvents):
         assert self._cwd is not None
         budget = self.max_jobs + random.randint(0, self.max_jobs // 10)
         worker = WorkerProcess(
-            self, engine=self.engine, memory_mb=self.memory_mb, cwd=self._cwd, job_budget=budget, codec=self._codec
+            self,
+            engine=self.engine,
+            memory_mb=self.memory_mb,
+            cwd=self._cwd,
+            job_budget=budget,
+            codec=self._codec,
         )
         self._spawning += 1
         self._procs.add(worker)

@@ -113,6 +113,7 @@ const __RUNNER__ = (function () {
   // Set when a body touched anything that can queue work for later (promise machinery): only then
   // does the worker pay a second round trip to settle the realm after that work has run.
   let mayQueue = false;
+  let touched = false;
   if (LOCK) {
     const flagGlobal = (name) => {
       const d = getDesc(G, name);
@@ -130,6 +131,21 @@ const __RUNNER__ = (function () {
       const n = globalNames[i];
       if (typeof n === "string" && (n === "Promise" || n.indexOf("Async") !== -1)) flagGlobal(n);
     }
+    // Property attributes of an intrinsic change only through these: each call marks the realm
+    // touched, and only then does the repair compare whole descriptors (the common case compares values).
+    const watchAttributes = (holder, name) => {
+      const original = holder[name];
+      if (typeof original !== "function") return;
+      const wrapper = {
+        [name](a, b, c) { touched = true; return apply(original, this, arguments); },
+      }[name];
+      defineProp(holder, name, { value: wrapper, writable: true, enumerable: false, configurable: true });
+    };
+    for (const name of ["defineProperty", "defineProperties", "freeze", "seal", "preventExtensions", "setPrototypeOf"]) {
+      watchAttributes(Object, name);
+    }
+    for (const name of ["defineProperty", "preventExtensions", "setPrototypeOf"]) watchAttributes(Reflect, name);
+    for (const name of ["__defineGetter__", "__defineSetter__"]) watchAttributes(ObjectProto, name);
     const fromAsync = Array.fromAsync;
     if (typeof fromAsync === "function") {
       defineProp(Array, "fromAsync", {
@@ -198,7 +214,9 @@ const __RUNNER__ = (function () {
       for (let i = 0; i < keys.length; i++) apply(arrPush, descs, [setProto(getDesc(o, keys[i]), null)]);
       const index = new Map();
       for (let i = 0; i < keys.length; i++) index.set(keys[i], i);
-      return { o: o, proto: getProto(o), keys: keys, descs: descs, index: index };
+      const dataAt = [];
+      for (let i = 0; i < keys.length; i++) if ("value" in descs[i]) apply(arrPush, dataAt, [i]);
+      return { o: o, proto: getProto(o), keys: keys, descs: descs, index: index, dataAt: dataAt };
     }
     for (let i = 0; i < watched.length; i++) apply(arrPush, snaps, [snapshot(watched[i])]);
   }
@@ -216,8 +234,10 @@ const __RUNNER__ = (function () {
   }
 
   // Repairs one watched object; answers "" or why it cannot be repaired. No iteration protocol is
-  // used here: %ArrayIteratorPrototype%.next is itself a watched, writable intrinsic.
-  function repair(s) {
+  // used here: %ArrayIteratorPrototype%.next is itself a watched, writable intrinsic. Unless the realm
+  // was touched (an attribute-changing call ran) or its keys changed, only data values are compared:
+  // a value read is a plain load, where a descriptor is an allocation.
+  function repair(s, full) {
     const o = s.o;
     if (!isExtensible(o)) return "an intrinsic was made non-extensible";
     if (getProto(o) !== s.proto) {
@@ -232,6 +252,16 @@ const __RUNNER__ = (function () {
           return "a non-configurable property was added to an intrinsic";
         }
       }
+    }
+    if (same && !full) {
+      const dataAt = s.dataAt;
+      for (let j = 0; j < dataAt.length; j++) {
+        const i = dataAt[j];
+        if (o[s.keys[i]] !== s.descs[i].value) {
+          try { defineProp(o, s.keys[i], s.descs[i]); } catch (e) { return "an intrinsic's property was locked"; }
+        }
+      }
+      return "";
     }
     for (let i = 0; i < s.keys.length; i++) {
       const want = s.descs[i];
@@ -276,8 +306,10 @@ const __RUNNER__ = (function () {
   }
 
   function settle() {
+    const full = touched;
+    touched = false;
     for (let i = 0; i < snaps.length; i++) {
-      const why = repair(snaps[i]);
+      const why = repair(snaps[i], full);
       if (why !== "") return why;
     }
     return "";
@@ -312,11 +344,12 @@ const __RUNNER__ = (function () {
       return true;
     },
     // Runs a body. Answers a status letter, a flag letter, then the payload:
-    //   status  O ok (JSON text) | T threw | R refused result | M not defined | C not a body | X realm lost
+    //   status  O ok (JSON text) | T threw | R refused result | M not defined | C not a body
     //   flag    "-" | "q" may have queued work | "t" left the realm tainted | "u" both
+    // The realm is settled at the end of every job, inside the job's own engine call. Work a job
+    // may queue (promise callbacks) runs after that call: the job is then flagged, and the worker
+    // settles again behind that work (c) before it answers.
     r(key, argsText) {
-      // Whatever queued work of an earlier job did after that job answered is undone first.
-      if (settle() !== "") return "X-";
       const factory = cache[key];
       if (factory === undefined) return "M-";
       const args = parse(argsText);

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from bir.evaluator.engine import Engine, Outcome, RealmLost, Wedged, bounded, timeout_message
+from bir.evaluator.engine import Engine, Outcome, Wedged, bounded, timeout_message
 from bir.evaluator.wire import (
     PROTOCOL_VERSION,
     Codec,
@@ -39,7 +39,6 @@ SETTLE_SLACK_S: Final = 0.1
 HEAP_CHECK_EVERY: Final = 4
 EXIT_WEDGED: Final = 3
 EXIT_PROTOCOL: Final = 4
-EXIT_REALM_LOST: Final = 5
 WEDGED: Final = "the isolate did not stop when told to"
 
 
@@ -116,11 +115,6 @@ def serve(channel: _Channel, engine: Engine, memory_mb: int) -> int:
             channel.send(Result(id=message.id, ok=False, reason="timeout", message=message_text))
             channel.send(Retire(why=WEDGED))
             return EXIT_WEDGED
-        except RealmLost:
-            # Not this job's doing, and it did not run: exiting without an answer makes the
-            # supervisor run it again elsewhere.
-            sys.stderr.write("bir.evaluator.worker: the realm could not be restored; exiting\n")
-            return EXIT_REALM_LOST
         except Exception as exc:  # noqa: BLE001 - an engine fault is this job's crash, not the pool's
             outcome = Outcome(
                 ok=False, reason="crashed", message=bounded(f"the engine failed: {exc}"), retire="engine fault"

@@ -86,6 +86,31 @@ CASES = [
         {"v": "undefined", "a": "undefined"},
     ),
     (
+        "an accessor put in place of a method",
+        "Object.defineProperty(Array.prototype, 'map', {get() { return () => ['evil'] }, configurable: true});"
+        " return {}",
+        "return {v: [1].map(x => x + 1)}",
+        {"v": [2]},
+    ),
+    (
+        "a method made enumerable",
+        "Reflect.defineProperty(String.prototype, 'trim', {enumerable: true}); return {}",
+        "const keys = []; for (const k in 'ab') keys.push(k); return {v: keys}",
+        {"v": ["0", "1"]},
+    ),
+    (
+        "a getter defined the legacy way",
+        "Object.prototype.__defineGetter__('sneaky', () => 1); return {}",
+        "return {v: 'sneaky' in {}}",
+        {"v": False},
+    ),
+    (
+        "a method made read-only",
+        "Object.defineProperty(Array.prototype, 'push', {writable: false}); return {}",
+        "const a = []; Array.prototype.push = function () { return 7 }; return {v: a.push(1)}",
+        {"v": 7},
+    ),
+    (
         "an error name changed on Error.prototype",
         "Error.prototype.name = 'Hacked'; return {}",
         "return {v: new TypeError('x').name + '/' + new Error('y').name}",

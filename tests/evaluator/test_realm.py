@@ -224,3 +224,12 @@ async def test_a_huge_result_is_refused_with_a_bounded_message(pool: EvaluatorPo
     assert caught.value.reason == "result"
     assert "the limit is" in caught.value.message
     assert len(caught.value.message) <= 1000
+
+
+async def test_a_proto_key_in_the_arguments_is_a_plain_key_not_a_prototype(pool: EvaluatorPool) -> None:
+    body = (
+        "return {own: Object.prototype.hasOwnProperty.call(params, '__proto__'),"
+        " plain: Object.getPrototypeOf(params) === Object.prototype, polluted: ({}).x === 1}"
+    )
+    out = await pool.evaluate("paramsLogic", body, {"__proto__": {"x": 1}})
+    assert out == {"own": True, "plain": True, "polluted": False}

@@ -1,0 +1,1 @@
+"""Benchmark harnesses behind ``bir bench`` and their recorded results (``benchmarks/results/``)."""

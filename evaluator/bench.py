@@ -1,0 +1,427 @@
+"""``bir bench eval``: the evaluator pool against the in-process floor of the same stack.
+
+For each body of ``bir.benchmarks.corpus`` and for their mix it measures:
+
+- the **floor**: the body in a raw mini-racer context, one engine round trip per call, in a
+  subprocess (``bir.evaluator.bench_floor``) so that V8 never loads into this process; in the same
+  subprocess, the workers' own engine (the locked realm and its repair) without the pool around it;
+- the **pool with one worker**: sequential latency (p50/p90/p99), and throughput with the worker
+  saturated by several concurrent callers;
+- the **pool with all workers** (``BIR_LOGIC_WORKERS``): throughput with enough concurrent callers
+  to keep every worker busy;
+
+and the ratios between them, against the goals of issue 2: on the mix, p50 within 2× of the floor,
+p99 under 2 ms, and two workers at least 1.8× one worker's throughput. The goals are reported, not
+enforced: the command fails only when it could not measure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+import msgspec
+
+from bir.benchmarks.corpus import CASES, MIX, Case
+from bir.core import config
+from bir.evaluator.bench_floor import FloorCase, FloorReply, FloorRequest
+from bir.evaluator.errors import LogicError
+from bir.evaluator.pool import EvaluatorPool
+
+REPORT_VERSION: Final = 1
+# Large enough that no worker is recycled during a run: recycling is measured on its own.
+BENCH_MAX_JOBS: Final = 1_000_000
+FLOOR_TIMEOUT_S: Final = 600.0
+MAX_ERROR_CHARS: Final = 1000
+GOAL_P50_RATIO: Final = 2.0
+GOAL_P99_MS: Final = 2.0
+GOAL_SCALING_PER_WORKER: Final = 0.9  # two workers at least 1.8× one
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """How many calls each measurement makes. ``recycle_calls`` and ``quickjs_calls`` at 0 skip
+    the run with the default ``max_jobs`` and the QuickJS line."""
+
+    warmup: int
+    sequential: int
+    throughput: int
+    callers_per_worker: int
+    recycle_calls: int
+    quickjs_calls: int
+
+
+QUICK: Final = Counts(
+    warmup=100, sequential=500, throughput=600, callers_per_worker=4, recycle_calls=0, quickjs_calls=0
+)
+FULL: Final = Counts(
+    warmup=100, sequential=3000, throughput=4000, callers_per_worker=4, recycle_calls=6000, quickjs_calls=300
+)
+
+_Call = tuple[str, str, tuple[object, ...]]
+
+
+class BenchError(Exception):
+    """The bench could not measure (the floor failed, a body failed, a pool did not start)."""
+
+
+def run_eval_bench(*, quick: bool, as_json: bool, counts: Counts | None = None) -> int:
+    """Run the evaluator benchmark and print a table, or one JSON document with ``as_json``.
+
+    ``counts`` overrides the iteration counts of the mode (tests use a tiny configuration).
+    Answers 0 when it measured (whether or not the goals were met), 1 when it could not.
+
+    Raises:
+        ConfigError: a ``BIR_LOGIC_*`` variable is malformed.
+    """
+    chosen = counts if counts is not None else (QUICK if quick else FULL)
+    try:
+        report = measure(chosen, mode="quick" if quick else "full")
+    except (BenchError, LogicError, OSError, RuntimeError) as exc:
+        sys.stderr.write(f"bir bench eval: {str(exc)[:MAX_ERROR_CHARS]}\n")
+        return 1
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_table(report))
+    return 0
+
+
+def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
+    """Measure the floor, then the pools, and assemble the report.
+
+    Raises:
+        BenchError: the floor failed, or a body answered differently in the pool.
+        LogicError: a body failed in the pool.
+        RuntimeError: a pool's workers did not start.
+        ConfigError: a ``BIR_LOGIC_*`` variable is malformed.
+    """
+    workers = config.require_int("BIR_LOGIC_WORKERS")
+    started = time.monotonic()
+    load_before = os.getloadavg()
+    args = {case.name: case.args_factory() for case in CASES}
+    floor = _run_floor(CASES, args, counts)
+    pools = asyncio.run(_measure_pools(CASES, args, counts, workers, floor.results))
+    report: dict[str, Any] = {
+        "version": REPORT_VERSION,
+        "mode": mode,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "v8": floor.v8_version,
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        },
+        "settings": {
+            **asdict(counts),
+            "workers": workers,
+            "max_jobs": BENCH_MAX_JOBS,
+            "timeout_ms": config.require_int("BIR_LOGIC_TIMEOUT_MS"),
+            "memory_mb": config.require_int("BIR_LOGIC_MEMORY_MB"),
+        },
+        "cases": {},
+    }
+    for name in [case.name for case in CASES] + [MIX]:
+        kind = next((c.kind for c in CASES if c.name == name), MIX)
+        arg_bytes = sum(len(json.dumps(a)) for c in CASES if name in (c.name, MIX) for a in args[c.name])
+        report["cases"][name] = _case_report(
+            name,
+            kind=kind,
+            arg_bytes=arg_bytes,
+            floor_ns=floor.samples_ns[name],
+            engine_ns=floor.engine_samples_ns.get(name, []),
+            pools=pools,
+        )
+    report["goals"] = _goals(report["cases"][MIX], workers)
+    report["default_max_jobs"] = pools["default_max_jobs"]
+    report["quickjs"] = pools["quickjs"]
+    report["pool_stats"] = pools["stats"]
+    report["duration_s"] = round(time.monotonic() - started, 1)
+    return report
+
+
+# --- the floor --------------------------------------------------------------------------------------------
+
+
+def _run_floor(cases: Sequence[Case], args: dict[str, tuple[object, ...]], counts: Counts) -> FloorReply:
+    request = FloorRequest(
+        cases=[FloorCase(c.name, c.kind, c.body, json.dumps(list(args[c.name]))) for c in cases],
+        warmup=counts.warmup,
+        calls=counts.sequential,
+        mix=MIX,
+        memory_mb=config.require_int("BIR_LOGIC_MEMORY_MB"),
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-B", "-m", "bir.evaluator.bench_floor"],
+            input=msgspec.json.encode(request),
+            capture_output=True,
+            timeout=FLOOR_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"the in-process floor did not finish within {FLOOR_TIMEOUT_S:.0f} s") from None
+    if done.returncode != 0:
+        tail = done.stderr.decode("utf-8", "replace").strip()[-MAX_ERROR_CHARS:]
+        raise BenchError(f"the in-process floor failed ({done.returncode}): {tail}")
+    try:
+        return msgspec.json.decode(done.stdout, type=FloorReply)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BenchError(f"the in-process floor answered something unreadable: {exc}") from None
+
+
+# --- the pools --------------------------------------------------------------------------------------------
+
+
+async def _measure_pools(
+    cases: Sequence[Case],
+    args: dict[str, tuple[object, ...]],
+    counts: Counts,
+    workers: int,
+    floor_results: dict[str, str],
+) -> dict[str, Any]:
+    calls: dict[str, list[_Call]] = {c.name: [(c.kind, c.body, args[c.name])] for c in cases}
+    calls[MIX] = [(c.kind, c.body, args[c.name]) for c in cases]
+    one: dict[str, dict[str, Any]] = {}
+    every: dict[str, dict[str, Any]] = {}
+    stats: dict[str, Any] = {}
+
+    async with EvaluatorPool(workers=1, max_jobs=BENCH_MAX_JOBS, engine="v8") as pool:
+        for case in cases:
+            kind, body, arguments = calls[case.name][0]
+            result = await pool.evaluate(kind, body, *arguments)
+            if result != json.loads(floor_results[case.name]):
+                raise BenchError(f"{case.name} answered differently in the pool and in the floor")
+        for name, batch in calls.items():
+            await _sequential(pool, batch, counts.warmup)
+            samples = await _sequential(pool, batch, counts.sequential)
+            callers = counts.callers_per_worker
+            one[name] = {
+                **_latency(samples),
+                "callers": callers,
+                "calls_per_s": await _saturate(pool, batch, counts.throughput, callers),
+            }
+        stats["one_worker"] = pool.stats()
+
+    async with EvaluatorPool(workers=workers, max_jobs=BENCH_MAX_JOBS, engine="v8") as pool:
+        callers = counts.callers_per_worker * workers
+        for name, batch in calls.items():
+            await _saturate(pool, batch, max(counts.warmup, workers * 2), callers)
+            every[name] = {
+                "workers": workers,
+                "callers": callers,
+                "calls": counts.throughput,
+                "calls_per_s": await _saturate(pool, batch, counts.throughput, callers),
+            }
+        stats["all_workers"] = pool.stats()
+
+    default_run: dict[str, Any] | None = None
+    if counts.recycle_calls > 0:
+        async with EvaluatorPool(workers=1, engine="v8") as pool:
+            await _sequential(pool, calls[MIX], counts.warmup)
+            samples = await _sequential(pool, calls[MIX], counts.recycle_calls)
+            pool_stats = pool.stats()
+            default_run = {
+                "max_jobs": pool.max_jobs,
+                **_latency(samples),
+                "recycled": pool_stats["recycled"],
+                "cold_waits": pool_stats["cold_waits"],
+            }
+            stats["default_max_jobs"] = pool_stats
+
+    quickjs: dict[str, Any] | None = None
+    if counts.quickjs_calls > 0:
+        async with EvaluatorPool(workers=1, max_jobs=BENCH_MAX_JOBS, engine="quickjs") as pool:
+            await _sequential(pool, calls[MIX], 2 * len(calls[MIX]))
+            quickjs = _latency(await _sequential(pool, calls[MIX], counts.quickjs_calls))
+            stats["quickjs"] = pool.stats()
+
+    return {"one": one, "all": every, "default_max_jobs": default_run, "quickjs": quickjs, "stats": stats}
+
+
+async def _sequential(pool: EvaluatorPool, batch: Sequence[_Call], n: int) -> list[int]:
+    """``n`` calls one after the other, taking the batch in turn; one duration (ns) per call."""
+    clock = time.perf_counter_ns
+    samples: list[int] = []
+    for i in range(n):
+        kind, body, arguments = batch[i % len(batch)]
+        started = clock()
+        await pool.evaluate(kind, body, *arguments)
+        samples.append(clock() - started)
+    return samples
+
+
+async def _saturate(pool: EvaluatorPool, batch: Sequence[_Call], n: int, callers: int) -> float:
+    """``n`` calls shared by ``callers`` concurrent callers; answers calls per second."""
+    next_index = 0
+
+    async def caller() -> None:
+        nonlocal next_index
+        while next_index < n:
+            kind, body, arguments = batch[next_index % len(batch)]
+            next_index += 1
+            await pool.evaluate(kind, body, *arguments)
+
+    started = time.perf_counter_ns()
+    async with asyncio.TaskGroup() as group:
+        for _ in range(callers):
+            group.create_task(caller())
+    elapsed_s = max(time.perf_counter_ns() - started, 1) / 1e9
+    return round(n / elapsed_s, 1)
+
+
+# --- the report -------------------------------------------------------------------------------------------
+
+
+def percentiles(samples_ns: Sequence[int]) -> tuple[float, float, float]:
+    """p50, p90 and p99 of ``samples_ns`` in microseconds (0.0 for no samples)."""
+    if not samples_ns:
+        return 0.0, 0.0, 0.0
+    if len(samples_ns) == 1:
+        only = samples_ns[0] / 1000
+        return only, only, only
+    cuts = statistics.quantiles(samples_ns, n=100, method="inclusive")
+    return cuts[49] / 1000, cuts[89] / 1000, cuts[98] / 1000
+
+
+def _latency(samples_ns: Sequence[int]) -> dict[str, Any]:
+    p50, p90, p99 = percentiles(samples_ns)
+    mean = statistics.fmean(samples_ns) / 1000 if samples_ns else 0.0
+    return {
+        "calls": len(samples_ns),
+        "p50_us": round(p50, 1),
+        "p90_us": round(p90, 1),
+        "p99_us": round(p99, 1),
+        "mean_us": round(mean, 1),
+        "sequential_calls_per_s": round(1e6 / mean, 1) if mean else 0.0,
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b else None
+
+
+def _case_report(
+    name: str,
+    *,
+    kind: str,
+    arg_bytes: int,
+    floor_ns: Sequence[int],
+    engine_ns: Sequence[int],
+    pools: dict[str, Any],
+) -> dict[str, Any]:
+    floor = _latency(floor_ns)
+    engine = _latency(engine_ns)
+    one = pools["one"][name]
+    every = pools["all"][name]
+    return {
+        "kind": kind,
+        "arg_bytes": arg_bytes,
+        "floor": floor,
+        "engine_in_process": engine,
+        "pool_one_worker": one,
+        "pool_all_workers": every,
+        "ratios": {
+            "p50_vs_floor": _ratio(one["p50_us"], floor["p50_us"]),
+            "p99_vs_floor": _ratio(one["p99_us"], floor["p99_us"]),
+            "engine_p50_vs_floor": _ratio(engine["p50_us"], floor["p50_us"]),
+            "throughput_all_vs_one": _ratio(every["calls_per_s"], one["calls_per_s"]),
+        },
+    }
+
+
+def _goals(mix: dict[str, Any], workers: int) -> list[dict[str, Any]]:
+    p50_ratio = mix["ratios"]["p50_vs_floor"]
+    p99_ms = round(mix["pool_one_worker"]["p99_us"] / 1000, 3)
+    scaling = mix["ratios"]["throughput_all_vs_one"]
+    scaling_target = round(GOAL_SCALING_PER_WORKER * workers, 2)
+    return [
+        {
+            "goal": f"mix p50 within {GOAL_P50_RATIO:g}× of the in-process floor",
+            "value": p50_ratio,
+            "target": GOAL_P50_RATIO,
+            "met": p50_ratio is not None and p50_ratio <= GOAL_P50_RATIO,
+        },
+        {
+            "goal": f"mix p99 under {GOAL_P99_MS:g} ms (one worker, sequential)",
+            "value": p99_ms,
+            "target": GOAL_P99_MS,
+            "met": p99_ms < GOAL_P99_MS,
+        },
+        {
+            "goal": f"mix throughput of {workers} workers at least {scaling_target:g}× one worker's",
+            "value": scaling,
+            "target": scaling_target,
+            # One worker has nothing to scale against.
+            "met": None if workers < 2 else scaling is not None and scaling >= scaling_target,
+        },
+    ]
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """The report as a plain-text table with the goals and the pools' counters."""
+    machine = report["machine"]
+    settings = report["settings"]
+    workers = settings["workers"]
+    load = " ".join(f"{x:.2f}" for x in machine["loadavg_before"])
+    lines = [
+        f"bir bench eval ({report['mode']}): V8 {machine['v8']}, {machine['cpus']} CPUs, load {load}, "
+        f"{settings['sequential']} sequential calls and {settings['throughput']} for throughput per row",
+        "",
+        f"{'':<16}{'floor, µs':^24}{'engine':>8}  {'pool, 1 worker, µs':^24}  {'pool/floor':^11}"
+        f"  {'throughput, calls/s':^33}".rstrip(),
+        f"{'case':<16}{'p50':>8}{'p90':>8}{'p99':>8}{'p50':>8}  {'p50':>8}{'p90':>8}{'p99':>8}  {'p50':>5}{'p99':>6}"
+        f"  {'floor':>8}{'1 worker':>9}{f'{workers} workers':>10}{'ratio':>6}".rstrip(),
+    ]
+    for name, row in report["cases"].items():
+        floor, one, every, ratios = row["floor"], row["pool_one_worker"], row["pool_all_workers"], row["ratios"]
+        lines.append(
+            f"{name:<16}{floor['p50_us']:>8.1f}{floor['p90_us']:>8.1f}{floor['p99_us']:>8.1f}"
+            f"{row['engine_in_process']['p50_us']:>8.1f}"
+            f"  {one['p50_us']:>8.1f}{one['p90_us']:>8.1f}{one['p99_us']:>8.1f}"
+            f"  {_times(ratios['p50_vs_floor']):>5}{_times(ratios['p99_vs_floor']):>6}"
+            f"  {floor['sequential_calls_per_s']:>8.0f}{one['calls_per_s']:>9.0f}{every['calls_per_s']:>10.0f}"
+            f"{_times(ratios['throughput_all_vs_one']):>6}"
+        )
+    lines.append("")
+    lines.append("goals:")
+    for goal in report["goals"]:
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[goal["met"]]
+        value = goal["value"]
+        shown = "n/a" if value is None else (f"{value:g} ms" if "ms" in goal["goal"] else f"{value:g}×")
+        lines.append(f"  [{verdict}] {goal['goal']}: {shown}")
+    recycle = report["default_max_jobs"]
+    if recycle is not None:
+        lines.append(
+            f"default max_jobs ({recycle['max_jobs']}), 1 worker, mix: p50 {recycle['p50_us']:.1f} µs, "
+            f"p99 {recycle['p99_us']:.1f} µs over {recycle['calls']} calls; recycled {recycle['recycled']}, "
+            f"cold waits {recycle['cold_waits']}"
+        )
+    quickjs = report["quickjs"]
+    if quickjs is not None:
+        lines.append(
+            f"QuickJS, 1 worker, mix: p50 {quickjs['p50_us']:.1f} µs, p99 {quickjs['p99_us']:.1f} µs "
+            f"over {quickjs['calls']} calls"
+        )
+    lines.append("pool stats:")
+    for name, stats in report["pool_stats"].items():
+        shown = ", ".join(f"{k} {v}" for k, v in stats.items())
+        lines.append(f"  {name}: {shown}")
+    after = " ".join(f"{x:.2f}" for x in machine["loadavg_after"])
+    lines.append(f"took {report['duration_s']:.1f} s; load after {after}")
+    return "\n".join(lines) + "\n"
+
+
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}"
