@@ -324,13 +324,14 @@ class Relay:
             self.ready.set()
         if entry.method == "tools/list" and not envelope.is_error and self._control_known():
             line = rewrite.rewrite_tools_list_response(line) or line
+        # The host gets its answer first; the step report (a decode of the whole result) comes after.
+        await self._send_host(line)
         if entry.report:
             if envelope.is_error:
                 error = _as_dict(_decode_quietly(envelope.error))
                 self._finish_step(entry, None, str(error.get("message", "error")))
             else:
                 self._finish_step(entry, _decode_quietly(envelope.result), None)
-        await self._send_host(line)
 
     def _settle_own(self, request_id: str, envelope: Envelope) -> None:
         own = self._own.get(request_id)
