@@ -14,7 +14,6 @@ exists, and the allowlist does not gate it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import sys
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
+import anyio
 import httpx
 
 from bir.core import config
@@ -190,15 +190,14 @@ def _verdicts(plan: ScenarioReplayPlan) -> dict[int, StepVerdict]:
     return {v.step_index: v for v in plan.ledger}
 
 
-async def _wait_served(server: ControlServer, names: Sequence[str], hosts: Sequence[ProxyHost]) -> None:
-    deadline = time.monotonic() + SERVE_WAIT_S
-    while not all(server.queue.is_served(name) for name in names):
-        if time.monotonic() > deadline:
-            missing = [n for n in names if not server.queue.is_served(n)]
-            raise HostSessionError(f"no proxy polled for {', '.join(missing)} within {SERVE_WAIT_S:g} s")
-        if any(h.pid is None for h in hosts):
-            raise HostSessionError("a proxy did not start")
-        await asyncio.sleep(0.05)
+async def _wait_served(server: ControlServer, names: Sequence[str]) -> None:
+    try:
+        with anyio.fail_after(SERVE_WAIT_S):
+            for name in names:
+                await server.queue.wait_served(name)
+    except TimeoutError:
+        missing = [n for n in names if not server.queue.is_served(n)]
+        raise HostSessionError(f"no proxy polled for {', '.join(missing)} within {SERVE_WAIT_S:g} s") from None
 
 
 async def run_replay(args: ReplayArgs, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> int:
@@ -309,12 +308,14 @@ async def _with_control(run: _Run) -> int:
         for host in hosts:
             printer.progress(f"starting {host.name}: {host.command}")
             await host.start()
-        await _wait_served(server, [h.name for h in hosts], hosts)
+        await _wait_served(server, [h.name for h in hosts])
         return await _execute(run, url, server.token)
     finally:
-        for host in hosts:
-            await host.stop()
-        await server.stop()
+        # Shielded: a cancelled run still stops what it started (each stop is bounded on its own).
+        with anyio.CancelScope(shield=True):
+            for host in hosts:
+                await host.stop()
+            await server.stop()
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -73,6 +73,10 @@ class NoSessionProxyError(NotSentError):
     """Other sessions are live and none of the server's proxies is bound to the caller's session."""
 
 
+class ProxyExitedError(NotSentError):
+    """The proxy the call was handed to exited before it took it: nothing ran."""
+
+
 class QueueFullError(NotSentError):
     """Too much work is already waiting for the server's proxies."""
 
@@ -150,6 +154,7 @@ class ProxyWorkQueue:
         self._sessions: dict[str, float] = {}
         self._order = 0
         self._closed = False
+        self._seen = asyncio.Event()  # set (and replaced) each time a proxy is heard from
 
     # -- proxies -------------------------------------------------------------------------------
 
@@ -186,6 +191,15 @@ class ProxyWorkQueue:
         """Whether a proxy for the server has polled within the last ``stale_after_s``."""
         now = self._clock()
         return any(p.server_name == server_name and self._live(p, now) for p in self._proxies.values())
+
+    async def wait_served(self, server_name: str) -> None:
+        """Return once a proxy for ``server_name`` has polled or registered (bound it with a timeout)."""
+        while not self.is_served(server_name):
+            await self._seen.wait()
+
+    def in_flight(self) -> list[Work]:
+        """The calls a proxy has taken and not answered yet."""
+        return [c.work for c in self._calls.values() if c.taken and not c.outcome.done()]
 
     def stats(self) -> dict[str, int]:
         """Sizes of the internal tables (tests assert nothing grows once calls end)."""
@@ -305,6 +319,7 @@ class ProxyWorkQueue:
         Raises:
             TimeoutError: ``timeout_s`` passed.
             ProxyGoneError: the proxy that took the call is no longer running.
+            ProxyExitedError: the proxy the call waits for exited before taking it.
         """
         with anyio.fail_after(timeout_s):
             while True:
@@ -312,10 +327,13 @@ class ProxyWorkQueue:
                 if done:
                     return call.outcome.result()
                 pid = call.proxy.pid
-                if call.taken and pid is not None and not pid_alive(pid):
-                    raise ProxyGoneError(
-                        f"the {server_name} proxy (pid {pid}) exited after it took the call: it may or may not have run"
-                    )
+                if pid is not None and not pid_alive(pid):
+                    if call.taken:
+                        raise ProxyGoneError(
+                            f"the {server_name} proxy (pid {pid}) exited after it took the call:"
+                            " it may or may not have run"
+                        )
+                    raise ProxyExitedError(f"the {server_name} proxy (pid {pid}) exited before it took the call")
 
     def close(self) -> None:
         """Stop: answer every parked poll, and fail every waiting call with `NoProxyError`."""
@@ -345,6 +363,8 @@ class ProxyWorkQueue:
         proxy.last_seen = now
         if pid is not None:
             proxy.pid = pid
+        seen, self._seen = self._seen, asyncio.Event()
+        seen.set()
         return proxy
 
     def _bind(self, proxy: _Proxy, session_id: str) -> None:
@@ -366,7 +386,11 @@ class ProxyWorkQueue:
 
     def _route(self, server_name: str, session_id: str | None) -> _Proxy:
         now = self._clock()
-        live = [p for p in self._proxies.values() if p.server_name == server_name and self._live(p, now)]
+        live = [
+            p
+            for p in self._proxies.values()
+            if p.server_name == server_name and self._live(p, now) and (p.pid is None or pid_alive(p.pid))
+        ]
         if not live:
             raise NoProxyError(f"no proxy has polled for {server_name} in the last {self._stale_after_s:g} s")
         if not session_id:

@@ -4,10 +4,12 @@ and the real fleet MCP server, with ``respParams`` threaded from step to step.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import io
 import json
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,12 @@ import anyio
 import psutil
 import pytest
 
+from bir.core import config
 from bir.core.handover import OPENING
+from bir.hooks.discovery import write_discovery
+from bir.hooks.host_session import ProxyHost, proxy_environment
 from bir.hooks.replay_cmd import EXIT_MISSING_TARGET, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, ReplayArgs, run_replay
+from bir.hooks.server import ControlServer
 
 pytestmark = pytest.mark.anyio
 
@@ -139,18 +145,21 @@ async def test_a_three_step_direct_plan_threads_resp_params_through_the_proxy(tm
     assert doc["responseModel"] == {"top": top["id"], "name": top["name"], "echoed": top["name"]}
 
 
-class _Progress(io.StringIO):
-    """stderr of the run; signals once the given step has been handed to the proxy."""
-
-    def __init__(self, marker: str) -> None:
-        super().__init__()
-        self.marker = marker
-        self.seen = asyncio.Event()
-
-    def write(self, text: str) -> int:
-        if self.marker in text:
-            self.seen.set()
-        return super().write(text)
+@contextlib.asynccontextmanager
+async def _running_control_server(project: Path) -> AsyncIterator[tuple[ControlServer, ProxyHost]]:
+    """A control server announced for ``project`` (as ``bir-hooks`` would) and a proxy polling it."""
+    server = ControlServer(replay_enabled=True)
+    await server.start()
+    write_discovery(server.discovery(project))
+    host = ProxyHost("fleet", FLEET, project=project, env=proxy_environment(config.home()))
+    try:
+        await host.start()
+        with anyio.fail_after(30):
+            await server.queue.wait_served("fleet")
+        yield server, host
+    finally:
+        await host.stop()
+        await server.stop()
 
 
 def _proxy_processes() -> list[psutil.Process]:
@@ -169,20 +178,24 @@ async def test_killing_the_proxy_mid_plan_stops_at_that_step_with_the_may_or_may
     slow = json.loads(json.dumps(THREE_STEPS))
     slow["paramsObject"]["delay"]["sampleValue"] = 30_000
     scenario.write_text(json.dumps(slow))
-    progress = _Progress("[3/3] mcp__fleet__slow_echo …")
-    run = asyncio.ensure_future(_replay(_args(scenario, params={"region": "eu-west-1"}, project=tmp_path), progress))
-    with anyio.fail_after(60):
-        await progress.seen.wait()
-        for proc in _proxy_processes():
-            proc.kill()
-        code, doc, _ = await run
+    args = ReplayArgs(**{**_args(scenario, params={"region": "eu-west-1"}, project=tmp_path).__dict__, "wraps": {}})
+    async with _running_control_server(tmp_path) as (server, host):
+        run = asyncio.ensure_future(_replay(args))
+        with anyio.fail_after(60):
+            # Step 3 is the proxy's: taken off the queue, its call in flight upstream.
+            for _ in range(6000):
+                if [w.tool_name for w in server.queue.in_flight()] == ["slow_echo"]:
+                    break
+                await asyncio.sleep(0.01)
+            assert host.pid is not None
+            psutil.Process(host.pid).kill()
+            code, doc, _ = await run
     assert code == EXIT_STOPPED
     assert [s["status"] for s in doc["steps"]] == ["ok", "ok", "skipped"]
     assert doc["note"].startswith(OPENING)
     assert "may or may not have completed" in doc["note"]
     assert doc["partial"] is True
     assert doc["responseModel"] is None
-    assert _proxy_processes() == []
 
 
 async def test_a_target_left_without_a_value_ends_the_run_with_the_missing_target_note(tmp_path: Path) -> None:
@@ -228,4 +241,13 @@ async def test_a_wrapped_command_that_does_not_start_is_a_clear_error(tmp_path: 
     code, _, _ = await _replay(args, err)
     assert code == EXIT_USAGE
     assert "fleet" in err.getvalue()
+    assert _proxy_processes() == []
+
+
+async def test_a_running_control_server_is_used_with_the_proxies_it_already_has(tmp_path: Path) -> None:
+    args = _args(FIXTURES / "fleet-direct.json", params={"region": "ap-southeast-2"}, project=tmp_path)
+    async with _running_control_server(tmp_path):
+        code, doc, _ = await _replay(ReplayArgs(**{**args.__dict__, "wraps": {}}))
+    assert code == EXIT_OK
+    assert doc["responseModel"]["device"] == _riskiest("ap-southeast-2")
     assert _proxy_processes() == []

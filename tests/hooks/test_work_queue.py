@@ -1,16 +1,21 @@
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from bir.hooks.work_queue import (
     NoProxyError,
     NoSessionProxyError,
+    NotSentError,
     ProxyCallError,
+    ProxyExitedError,
+    ProxyGoneError,
     ProxyWorkQueue,
     QueueFullError,
     StepTimeoutError,
     Work,
+    WorkQueueError,
 )
 
 pytestmark = pytest.mark.anyio
@@ -332,3 +337,62 @@ async def test_close_answers_parked_polls_and_fails_waiting_calls() -> None:
             queue.close()
     assert polls == [None]
     assert len(failures) == 1
+
+
+async def _exited_pid() -> int:
+    process = await anyio.open_process(["true"])
+    await process.wait()
+    return process.pid
+
+
+async def test_a_proxy_whose_process_is_gone_is_not_given_work() -> None:
+    queue = ProxyWorkQueue()
+    queue.register("fleet", "p-dead", pid=await _exited_pid())
+    with pytest.raises(NoProxyError):
+        await queue.call("fleet", "get_device", {}, 5)
+
+
+async def test_a_call_whose_proxy_exits_before_taking_it_fails_as_not_sent() -> None:
+    queue = ProxyWorkQueue()
+    async with await anyio.open_process(["sleep", "30"]) as process:
+        queue.register("fleet", "p1", pid=process.pid)
+        async with anyio.create_task_group() as group:
+            outcome: list[BaseException] = []
+
+            async def call() -> None:
+                try:
+                    await queue.call("fleet", "get_device", {}, 30)
+                except WorkQueueError as exc:
+                    outcome.append(exc)
+
+            group.start_soon(call)
+            await anyio.lowlevel.checkpoint()
+            process.kill()
+            await process.wait()
+        assert len(outcome) == 1
+        assert isinstance(outcome[0], ProxyExitedError)
+        assert isinstance(outcome[0], NotSentError)
+    assert queue.stats()["calls"] == 0
+    assert queue.stats()["queued"] == 0
+
+
+async def test_a_call_whose_proxy_exits_after_taking_it_may_or_may_not_have_run() -> None:
+    queue = ProxyWorkQueue()
+    async with await anyio.open_process(["sleep", "30"]) as process:
+        queue.register("fleet", "p1", pid=process.pid)
+        async with anyio.create_task_group() as group:
+            outcome: list[BaseException] = []
+
+            async def call() -> None:
+                try:
+                    await queue.call("fleet", "get_device", {}, 30)
+                except WorkQueueError as exc:
+                    outcome.append(exc)
+
+            group.start_soon(call)
+            assert await queue.wait_for_work("fleet", "p1", 5) is not None
+            process.kill()
+            await process.wait()
+        assert len(outcome) == 1
+        assert isinstance(outcome[0], ProxyGoneError)
+        assert "may or may not have run" in str(outcome[0])
