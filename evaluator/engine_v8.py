@@ -55,13 +55,19 @@ class V8Engine:
 
     def __init__(self, memory_mb: int) -> None:
         _init_v8(memory_mb)
-        from py_mini_racer import _mini_racer
+        from py_mini_racer import JSEvalException, JSParseException, _mini_racer
+
+        self._parse_error = JSParseException
+        self._eval_error = JSEvalException
 
         self._memory_mb = memory_mb
         self._context_maker: AbstractContextManager[Any] = _mini_racer._make_context()
         self._ctx: Any = self._context_maker.__enter__()
         self._ctx.set_hard_memory_limit(memory_mb * 1024 * 1024)
-        self._queue: queue.Queue[Any] = self._ctx._non_cancelable_mr_task_results_queue
+        # mini-racer hands results over in a queue.Queue (Python-level locking, a new lock per
+        # wait); a SimpleQueue does the same hand-over in C.
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        object.__setattr__(self._ctx, "_non_cancelable_mr_task_results_queue", self._queue)
         self._runner = "__bir_" + secrets.token_hex(16)
         self.version = str(self._ctx.v8_version())
         self._defined: set[str] = set()
@@ -79,8 +85,6 @@ class V8Engine:
         Raises:
             Wedged: the isolate did not stop when cancelled.
         """
-        from py_mini_racer import JSEvalException, JSParseException
-
         ctx = self._ctx
         handle = ctx._python_to_value_handle(code)  # kept alive until the answer arrives
         task = ctx._dll.mr_eval(ctx._ctx, handle.raw, 0)
@@ -97,9 +101,9 @@ class V8Engine:
         del handle
         try:
             return "ok", ctx._value_handle_to_python(answer)
-        except JSParseException as exc:
+        except self._parse_error as exc:
             return "compile", str(exc)
-        except JSEvalException as exc:
+        except self._eval_error as exc:
             if ctx.was_hard_memory_limit_reached():
                 return "memory", None
             if cancelled:
