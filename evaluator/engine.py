@@ -37,6 +37,7 @@ class Outcome:
     message: str | None = None
     retire: str | None = None
     settle: bool = False
+    sent: bool = False  # the engine already sent this answer (see V8Engine.answer_early)
 
 
 class Wedged(Exception):

@@ -11,11 +11,14 @@ settle that does not finish, and the worker exits.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import re
 import secrets
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -64,10 +67,12 @@ class V8Engine:
         self._context_maker: AbstractContextManager[Any] = _mini_racer._make_context()
         self._ctx: Any = self._context_maker.__enter__()
         self._ctx.set_hard_memory_limit(memory_mb * 1024 * 1024)
-        # mini-racer hands results over in a queue.Queue (Python-level locking, a new lock per
-        # wait); a SimpleQueue does the same hand-over in C.
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # mini-racer hands each answer to a queue.Queue from the isolate's thread; ours is _Handover,
+        # which can also answer a job from that thread (see answer_early).
+        self._queue = _Handover(self)
         object.__setattr__(self._ctx, "_non_cancelable_mr_task_results_queue", self._queue)
+        self._early: Callable[[int, Outcome], None] | None = None
+        self._armed: tuple[int, str] | None = None
         self._runner = "__bir_" + secrets.token_hex(16)
         self.version = str(self._ctx.v8_version())
         self._defined: set[str] = set()
@@ -76,6 +81,25 @@ class V8Engine:
         if status != "ok":
             raise RuntimeError(f"the V8 realm did not set up: {value}")
         self.realm_stats = str(value)
+
+    def answer_early(self, send: Callable[[int, Outcome], None]) -> None:
+        """Let a job's plain answer be sent by ``send`` from the isolate's own thread, as soon as the
+        engine call returns: the worker thread need not wake up first. A job whose answer must wait
+        (work it queued, a realm to restore, a timeout) still comes back through ``run``."""
+        self._early = send
+
+    def _plain_outcome_for(self, armed: tuple[int, str], value: object) -> Outcome | None:
+        """The outcome of an armed job's answer when it needs nothing more, else None."""
+        if not isinstance(value, str) or len(value) < 2 or value[1] != "-":
+            return None
+        tag, rest, kind = value[0], value[2:], armed[1]
+        if tag == "O":
+            return Outcome(ok=True, value=rest)
+        if tag == "T":
+            return Outcome(ok=False, reason="threw", message=bounded(rest))
+        if tag == "R":
+            return Outcome(ok=False, reason="result", message=bounded(f"{kind} {rest}"))
+        return None
 
     # -- the one round trip ------------------------------------------------------------------------
 
@@ -99,6 +123,10 @@ class V8Engine:
             except queue.Empty:
                 raise Wedged from None
         del handle
+        if isinstance(answer, _Answered):
+            return "answered", answer.outcome
+        if isinstance(answer, _Converted):
+            return "ok", answer.value
         try:
             return "ok", ctx._value_handle_to_python(answer)
         except self._parse_error as exc:
@@ -118,9 +146,19 @@ class V8Engine:
             return Outcome(ok=False, reason="compile", message="malformed job key")
         timeout_s = job.timeout_ms / 1000.0
         started = time.monotonic()
+        # Work queued through syntax (async, import) is not flagged by the realm: no early answer then.
+        early = self._early is not None and not _syntax_may_queue(job.body)
         for attempt in range(2):
             code = self._script(job, define=key not in self._defined or attempt > 0)
-            status, value = self._eval(code, timeout_s - (time.monotonic() - started))
+            self._armed = (job.id, job.kind) if early else None
+            try:
+                status, value = self._eval(code, timeout_s - (time.monotonic() - started))
+            finally:
+                self._armed = None
+            if status == "answered":
+                self._remember(key, job.body)
+                assert isinstance(value, Outcome)
+                return value
             if status == "timeout":
                 # Stopped part-way: what it changed was not undone in the same call.
                 return Outcome(
@@ -177,9 +215,7 @@ class V8Engine:
             self._syntax_may_queue.clear()
             # The realm bounds its own cache the same way; keys it dropped answer "M" and are resent.
         self._defined.add(key)
-        # Promise machinery the realm cannot see being touched is syntax: async functions, await,
-        # dynamic import. Syntax cannot be built from strings here, so the body's text tells.
-        self._syntax_may_queue[key] = "async" in body or "import" in body
+        self._syntax_may_queue[key] = _syntax_may_queue(body)
 
     def settle(self, deadline: float) -> str:
         status, value = self._eval(f"{self._runner}.c()", deadline - time.monotonic())
@@ -200,6 +236,61 @@ class V8Engine:
 
     def collect(self) -> None:
         self._ctx.low_memory_notification()
+
+
+def _syntax_may_queue(body: str) -> bool:
+    # Promise machinery the realm cannot see being touched is syntax: async functions, await,
+    # dynamic import. Syntax cannot be built from strings here, so the body's text tells.
+    return "async" in body or "import" in body
+
+
+@dataclass(frozen=True, slots=True)
+class _Answered:
+    """A job answer already sent from the isolate's thread."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Converted:
+    """An answer already converted on the isolate's thread, for the worker thread to finish."""
+
+    value: object
+
+
+class _Handover:
+    """Takes mini-racer's answers on the isolate's thread (holding the GIL, as mini-racer's own queue
+    does) and hands them to the worker thread, sending an armed job's plain answer on the way."""
+
+    def __init__(self, engine: V8Engine) -> None:
+        self._engine = engine
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+
+    def put(self, handle: object) -> None:
+        engine = self._engine
+        armed, send = engine._armed, engine._early
+        if armed is None or send is None:
+            self._queue.put(handle)
+            return
+        engine._armed = None
+        try:
+            value = engine._ctx._value_handle_to_python(handle)
+        except Exception:  # noqa: BLE001 - an error answer is the worker thread's to read
+            self._queue.put(handle)
+            return
+        outcome = engine._plain_outcome_for(armed, value)
+        if outcome is None:
+            self._queue.put(_Converted(value))
+            return
+        try:
+            send(armed[0], outcome)
+        except Exception:  # noqa: BLE001 - not sent: the worker thread sends it
+            self._queue.put(_Converted(value))
+            return
+        self._queue.put(_Answered(dataclasses.replace(outcome, sent=True)))
+
+    def get(self, timeout: float) -> object:
+        return self._queue.get(timeout=timeout)
 
 
 _PARSE_LOCATION = re.compile(r"^<anonymous>:(\d+): (.*)$")

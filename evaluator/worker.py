@@ -137,14 +137,21 @@ def serve(channel: _Channel, engine: Engine, memory_mb: int) -> int:
                 channel.send(Retire(why=WEDGED))
                 return EXIT_WEDGED
             retire = retire or why or None
-        channel.send(
-            Result(id=message.id, ok=outcome.ok, value=outcome.value, reason=outcome.reason, message=outcome.message)
-        )
+        if not outcome.sent:
+            channel.send(
+                Result(
+                    id=message.id, ok=outcome.ok, value=outcome.value, reason=outcome.reason, message=outcome.message
+                )
+            )
         jobs += 1
         if retire is None and jobs % HEAP_CHECK_EVERY == 0:
             retire = _heap_verdict(engine, memory_mb, rss_floor)
         if retire:
             channel.send(Retire(why=retire))
+
+
+def _result(job_id: int, outcome: Outcome) -> Result:
+    return Result(id=job_id, ok=outcome.ok, value=outcome.value, reason=outcome.reason, message=outcome.message)
 
 
 def _rss_bytes() -> int:
@@ -186,6 +193,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout = sys.stderr
     channel = _Channel(0, protocol_out)
     engine = _make_engine(args.engine, args.memory_mb)
+    answer_early = getattr(engine, "answer_early", None)
+    if answer_early is not None:
+        # A plain answer leaves from the isolate's thread the moment the engine call returns.
+        answer_early(
+            lambda job_id, o: channel.send(
+                Result(id=job_id, ok=o.ok, value=o.value, reason=o.reason, message=o.message)
+            )
+        )
     _harden()
     channel.send(Hello(protocol=PROTOCOL_VERSION, pid=os.getpid(), engine=engine.name, engine_version=engine.version))
     try:
