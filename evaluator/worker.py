@@ -162,7 +162,7 @@ def _rss_bytes() -> int:
         return 0
 
 
-def _heap_verdict(engine: Engine, memory_mb: int, rss_floor: int) -> str | None:
+def _heap_verdict(engine: object, memory_mb: int, rss_floor: int) -> str | None:
     """Asking V8 for its heap costs a third of a millisecond, so the cheap RSS reading decides
     whether to ask at all."""
     heap_used = getattr(engine, "heap_used", None)
