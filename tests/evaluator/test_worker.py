@@ -63,7 +63,7 @@ def test_a_worker_says_hello_with_its_protocol_then_answers_jobs_in_order(worker
             body=f"return {{n: {i}, p: params.x}}",
             args='[{"x": 7}]',
             timeout_ms=1000,
-        )  # fmt: skip
+        )
         for i in range(1, 4)
     ]
     _send(worker, b"".join(codec.encode(job) for job in jobs))
