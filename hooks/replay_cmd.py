@@ -176,7 +176,8 @@ async def _derive(args: ReplayArgs, scenario: Scenario, service: ServiceClient) 
             redact=redact_text,
         )
         derived = dict(result.params)
-        log_event("replay.derived", scenario_id=scenario.id, source=result.source, missing=list(result.missing))
+        missing = [name for name in result.missing if name not in args.params]
+        log_event("replay.derived", scenario_id=scenario.id, source=result.source, missing=missing)
     merged = {name: derived.get(name) for name in scenario.params_object}
     merged.update(args.params)
     return merged
