@@ -3,10 +3,11 @@
 It reads a ``FloorRequest`` (JSON) on stdin, runs each body in one raw mini-racer context driven the
 way the workers' engine drives it (``engine_v8.V8Engine._eval``: one ``mr_eval`` round trip per call,
 with the workers' V8 flags), and writes a ``FloorReply`` (JSON) on stdout. What the pool adds (the
-realm's lock and repair, the worker's pipe and framing, the supervisor) is absent, and so is the
-work a real caller would do to encode arguments: each body is compiled once as a function, and each
-call is one script, built once per case, that parses the arguments from a JSON string literal, calls
-the function and stringifies its result. That is the fastest round trip this stack allows.
+realm's lock and repair, the worker's pipe and framing, the supervisor) is absent. What any
+in-process caller does on every call is there: each body is compiled once as a function, and each
+call encodes its Python arguments to JSON, runs one script that parses them from a string literal,
+calls the function and stringifies its result, and decodes that result. That is the fastest round
+trip this stack allows for a call from Python.
 
 With ``engine`` it also times the workers' own engine (``V8Engine.run``: the locked realm, its
 runner and its repair after every job) in this process: the pool's cost split into what the realm
@@ -18,11 +19,11 @@ It is a process of its own so that V8 is never loaded into the bench process tha
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import queue
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -89,6 +90,20 @@ class _RawV8:
         return ctx._value_handle_to_python(answer)
 
 
+def _caller(engine: _RawV8, fn: str, args: object) -> Callable[[], object]:
+    """One in-process call as any caller makes it: the Python arguments encoded to JSON, one script
+    that parses them, calls the compiled function and stringifies its result, and the result decoded."""
+    encode = msgspec.json.encode
+    decode = msgspec.json.decode
+    head, tail = f"JSON.stringify({fn}.apply(undefined, JSON.parse(", ")))"
+
+    def call() -> object:
+        text = engine.eval(head + encode(encode(args).decode()).decode() + tail)
+        return decode(text) if isinstance(text, str) else text
+
+    return call
+
+
 def measure(request: FloorRequest) -> FloorReply:
     """Time every case, then the mix (every case in turn), after ``warmup`` untimed calls each.
 
@@ -98,31 +113,34 @@ def measure(request: FloorRequest) -> FloorReply:
         py_mini_racer.JSEvalException: a body threw or did not compile.
     """
     engine = _RawV8(request.memory_mb)
-    scripts: list[str] = []
+    calls: list[Callable[[], object]] = []
     for index, case in enumerate(request.cases):
         if case.kind not in PARAMETERS:
             raise ValueError(f"unknown logic kind {case.kind[:60]!r}")
         fn = f"__bench_f{index}"
         engine.eval(f"globalThis.{fn} = function ({PARAMETERS[case.kind]}) {{\n{case.body}\n}}; 0")
-        scripts.append(f"JSON.stringify({fn}.apply(undefined, JSON.parse({json.dumps(case.args)})))")
+        calls.append(_caller(engine, fn, msgspec.json.decode(case.args)))
     samples: dict[str, list[int]] = {}
     results: dict[str, str] = {}
     clock = time.perf_counter_ns
-    for case, script in zip(request.cases, scripts, strict=True):
+    for case, call in zip(request.cases, calls, strict=True):
         for _ in range(request.warmup):
-            engine.eval(script)
+            call()
         timed: list[int] = []
+        value: object = None
         for _ in range(request.calls):
             started = clock()
-            value = engine.eval(script)
+            value = call()
             timed.append(clock() - started)
+        if not request.calls:
+            value = call()
         samples[case.name] = timed
-        results[case.name] = str(value) if request.calls else str(engine.eval(script))
+        results[case.name] = msgspec.json.encode(value).decode()
     mixed: list[int] = []
     for i in range(request.calls):
-        script = scripts[i % len(scripts)]
+        call = calls[i % len(calls)]
         started = clock()
-        engine.eval(script)
+        call()
         mixed.append(clock() - started)
     samples[request.mix] = mixed
     engine_samples = _measure_engine(request) if request.engine else {}

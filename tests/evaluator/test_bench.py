@@ -127,6 +127,7 @@ def test_a_tiny_full_run_prints_one_json_document_with_every_key(capsys: pytest.
         "settings",
         "cases",
         "goals",
+        "case_p50_ratio_geomean",
         "default_max_jobs",
         "quickjs",
         "pool_stats",
@@ -155,6 +156,7 @@ def test_a_tiny_full_run_prints_one_json_document_with_every_key(capsys: pytest.
         assert set(row["ratios"]) == {"p50_vs_floor", "p99_vs_floor", "engine_p50_vs_floor", "throughput_all_vs_one"}
         assert all(isinstance(v, float) for v in row["ratios"].values())
     assert len(report["goals"]) == 3
+    assert report["case_p50_ratio_geomean"] > 0
     assert all(isinstance(g["met"], bool) for g in report["goals"])
     assert set(report["default_max_jobs"]) == LATENCY_KEYS | {"max_jobs", "recycled", "cold_waits"}
     assert report["default_max_jobs"]["max_jobs"] == 2000
