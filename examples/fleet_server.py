@@ -1,7 +1,7 @@
 """The demo upstream: a stdio MCP server named ``fleet`` with a fixed, deterministic device fleet.
 
 It stands in for a third-party server that ``bir-proxy`` wraps, so it depends on the MCP SDK only and
-never imports ``bir``. The fixture scenarios in ``/work/shared/fixtures/scenarios`` expect exactly
+never imports ``bir``. The fixture scenarios in ``../shared/fixtures/scenarios`` expect exactly
 these tools:
 
 - ``list_devices {region, limit?}``: text content, a JSON array of ``{id, name, risk}``;

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +17,9 @@ from bir.core.logic import (
 )
 from bir.core.types import Scenario, ScenarioStep, parse_scenario
 from bir.evaluator import EvaluatorPool, LogicError
+from tests.paths import SCENARIOS
 
-FIXTURES = Path("/work/shared/fixtures/scenarios")
+FIXTURES = SCENARIOS
 
 pytestmark = pytest.mark.anyio
 

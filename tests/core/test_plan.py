@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,8 +29,9 @@ from bir.core.plan import (
 from bir.core.source_run import RecordedOutputs
 from bir.core.types import RecordedStep, Scenario, ScenarioStep, parse_scenario
 from bir.evaluator import EvaluatorPool
+from tests.paths import SCENARIOS
 
-FIXTURES = Path("/work/shared/fixtures/scenarios")
+FIXTURES = SCENARIOS
 
 pytestmark = pytest.mark.anyio
 

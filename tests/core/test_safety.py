@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from bir.core.safety import check_derived_values, plan_runs_input, strictness
 from bir.core.types import Scenario, parse_scenario
+from tests.paths import SCENARIOS
 
-FIXTURES = Path("/work/shared/fixtures/scenarios")
+FIXTURES = SCENARIOS
 
 
 def plan(*tools: str, **samples: object) -> Scenario:

@@ -6,7 +6,6 @@ import io
 import json
 import socket
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,8 +15,9 @@ from bir.core import log
 from bir.core.service import MAX_ERROR_CHARS, ServiceClient, ServiceError
 from tests.fakes.baseinsvc import PRICING_VERSION, Canned, FakeBaseIn
 from tests.fakes.fixtures import running_fake_service
+from tests.paths import SCENARIOS
 
-FIXTURES = Path("/work/shared/fixtures/scenarios")
+FIXTURES = SCENARIOS
 
 
 @pytest.fixture

@@ -352,47 +352,40 @@ async def test_a_proxy_whose_process_is_gone_is_not_given_work() -> None:
         await queue.call("fleet", "get_device", {}, 5)
 
 
-async def test_a_call_whose_proxy_exits_before_taking_it_fails_as_not_sent() -> None:
+async def _failure_when_the_proxy_exits(*, taken: bool) -> WorkQueueError:
+    """Dispatch a call to a proxy process, let it take the call or not, kill the process: the call's error."""
     queue = ProxyWorkQueue()
+    outcome: list[WorkQueueError] = []
     async with await anyio.open_process(["sleep", "30"]) as process:
         queue.register("fleet", "p1", pid=process.pid)
+
+        async def call() -> None:
+            try:
+                await queue.call("fleet", "get_device", {}, 30)
+            except WorkQueueError as exc:
+                outcome.append(exc)
+
         async with anyio.create_task_group() as group:
-            outcome: list[BaseException] = []
-
-            async def call() -> None:
-                try:
-                    await queue.call("fleet", "get_device", {}, 30)
-                except WorkQueueError as exc:
-                    outcome.append(exc)
-
             group.start_soon(call)
-            await anyio.lowlevel.checkpoint()
+            if taken:
+                assert await queue.wait_for_work("fleet", "p1", 5) is not None
+            else:
+                await anyio.lowlevel.checkpoint()
             process.kill()
             await process.wait()
-        assert len(outcome) == 1
-        assert isinstance(outcome[0], ProxyExitedError)
-        assert isinstance(outcome[0], NotSentError)
     assert queue.stats()["calls"] == 0
     assert queue.stats()["queued"] == 0
+    assert len(outcome) == 1
+    return outcome[0]
+
+
+async def test_a_call_whose_proxy_exits_before_taking_it_fails_as_not_sent() -> None:
+    error = await _failure_when_the_proxy_exits(taken=False)
+    assert isinstance(error, ProxyExitedError)
+    assert isinstance(error, NotSentError)
 
 
 async def test_a_call_whose_proxy_exits_after_taking_it_may_or_may_not_have_run() -> None:
-    queue = ProxyWorkQueue()
-    async with await anyio.open_process(["sleep", "30"]) as process:
-        queue.register("fleet", "p1", pid=process.pid)
-        async with anyio.create_task_group() as group:
-            outcome: list[BaseException] = []
-
-            async def call() -> None:
-                try:
-                    await queue.call("fleet", "get_device", {}, 30)
-                except WorkQueueError as exc:
-                    outcome.append(exc)
-
-            group.start_soon(call)
-            assert await queue.wait_for_work("fleet", "p1", 5) is not None
-            process.kill()
-            await process.wait()
-        assert len(outcome) == 1
-        assert isinstance(outcome[0], ProxyGoneError)
-        assert "may or may not have run" in str(outcome[0])
+    error = await _failure_when_the_proxy_exits(taken=True)
+    assert isinstance(error, ProxyGoneError)
+    assert "may or may not have run" in str(error)
