@@ -391,7 +391,10 @@ class EvaluatorPool(WorkerEvents):
         self._after_job(worker)
 
     def _after_job(self, worker: WorkerProcess) -> None:
-        if worker.state != "ready" or worker.retiring:
+        if worker.state != "ready":
+            return
+        if worker.retiring:
+            worker.shutdown()  # it asked to go while this job ran
             return
         margin = max(1, worker.job_budget // 10)
         if worker not in self._standby_for and worker.jobs_done >= worker.job_budget - margin and not self._closed:

@@ -111,10 +111,7 @@ def serve(channel: _Channel, engine: Engine, memory_mb: int) -> int:
         try:
             outcome = engine.run(message)
         except Wedged:
-            message_text = timeout_message(message.kind, message.timeout_ms)
-            channel.send(Result(id=message.id, ok=False, reason="timeout", message=message_text))
-            channel.send(Retire(why=WEDGED))
-            return EXIT_WEDGED
+            return _wedged(channel, message)
         except Exception as exc:  # noqa: BLE001 - an engine fault is this job's crash, not the pool's
             outcome = Outcome(
                 ok=False, reason="crashed", message=bounded(f"the engine failed: {exc}"), retire="engine fault"
@@ -126,28 +123,25 @@ def serve(channel: _Channel, engine: Engine, memory_mb: int) -> int:
             try:
                 why = engine.settle(max(started + message.timeout_ms / 1000.0, time.monotonic() + SETTLE_SLACK_S))
             except Wedged:
-                channel.send(
-                    Result(
-                        id=message.id,
-                        ok=False,
-                        reason="timeout",
-                        message=timeout_message(message.kind, message.timeout_ms),
-                    )
-                )
-                channel.send(Retire(why=WEDGED))
-                return EXIT_WEDGED
+                return _wedged(channel, message)
             retire = retire or why or None
-        if not outcome.sent:
-            channel.send(
-                Result(
-                    id=message.id, ok=outcome.ok, value=outcome.value, reason=outcome.reason, message=outcome.message
-                )
-            )
-        jobs += 1
-        if retire is None and jobs % HEAP_CHECK_EVERY == 0:
-            retire = _heap_verdict(engine, memory_mb, rss_floor)
         if retire:
+            # Before the answer, so that the pool never hands this worker another job.
             channel.send(Retire(why=retire))
+        if not outcome.sent:
+            channel.send(_result(message.id, outcome))
+        jobs += 1
+        if not retire and jobs % HEAP_CHECK_EVERY == 0:
+            heap = _heap_verdict(engine, memory_mb, rss_floor)
+            if heap:
+                channel.send(Retire(why=heap))
+
+
+def _wedged(channel: _Channel, job: Job) -> int:
+    """The isolate did not stop: the job is a timeout, and the worker goes."""
+    channel.send(Retire(why=WEDGED))
+    channel.send(Result(id=job.id, ok=False, reason="timeout", message=timeout_message(job.kind, job.timeout_ms)))
+    return EXIT_WEDGED
 
 
 def _result(job_id: int, outcome: Outcome) -> Result:

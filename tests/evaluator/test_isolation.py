@@ -6,6 +6,7 @@ with one worker makes sure the second body runs where the first one did.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -164,3 +165,15 @@ async def test_one_pool_serves_failing_and_passing_bodies_in_any_order(single: E
         with pytest.raises(LogicError):
             await single.evaluate("paramsLogic", "throw new Error('no')", {})
         assert await single.evaluate("paramsLogic", "return {ok: 1}", {}) == {"ok": 1}
+
+
+async def test_a_job_queued_behind_a_body_that_taints_the_realm_runs_on_a_clean_worker() -> None:
+    async with EvaluatorPool(workers=1, timeout_ms=2000, memory_mb=64) as one:
+        lock = "Object.defineProperty(Object.prototype, 'stuck', {value: 1, configurable: false}); return {}"
+        probe = "return {v: ({}).stuck === undefined}"
+        # Both are queued at once: the probe must not be handed to the worker the first one tainted.
+        answers = await asyncio.gather(
+            one.evaluate("paramsLogic", lock, {}), *(one.evaluate("paramsLogic", probe, {}) for _ in range(5))
+        )
+        assert answers == [{}, *[{"v": True}] * 5]
+        assert one.stats()["retired"] >= 1
