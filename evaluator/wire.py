@@ -9,7 +9,7 @@ lying or corrupt peer cannot make us allocate. One typed decoder per direction, 
 from __future__ import annotations
 
 import struct
-from typing import Final, Literal
+from typing import Final
 
 import msgspec
 
@@ -18,9 +18,6 @@ HEADER: Final = struct.Struct(">I")
 # Large enough for a tool output of several MB plus its parameters; small enough that a corrupt
 # length prefix is caught before it costs memory.
 MAX_FRAME_BYTES: Final = 32 * 1024 * 1024
-
-Reason = Literal["threw", "compile", "result", "timeout", "memory", "refused", "crashed", "overloaded", "closed"]
-
 
 # --- supervisor → worker ---------------------------------------------------------------------------
 
@@ -55,7 +52,7 @@ class Result(msgspec.Struct, tag="result", frozen=True):
     id: int
     ok: bool
     value: str | None = None  # JSON text of the result object when ok
-    reason: str | None = None  # one of Reason when not ok
+    reason: str | None = None  # one of bir.evaluator.errors.REASONS when not ok
     message: str | None = None
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,28 +14,11 @@ from bir.core.logic import (
     eval_tool_output_logic,
     merge_resp_params,
 )
-from bir.core.types import Scenario, ScenarioStep, parse_scenario
+from bir.core.types import Scenario, ScenarioStep
 from bir.evaluator import EvaluatorPool, LogicError
-from tests.paths import SCENARIOS
-
-FIXTURES = SCENARIOS
+from tests.paths import load_scenario as fixture
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-async def pool(anyio_backend: str) -> AsyncIterator[EvaluatorPool]:
-    async with EvaluatorPool(workers=1, timeout_ms=300) as running:
-        yield running
-
-
-def fixture(name: str) -> Scenario:
-    return parse_scenario((FIXTURES / name).read_text())
 
 
 def step(tool_input: str = "return {};", tool_output: str | None = None) -> ScenarioStep:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -27,24 +27,11 @@ from bir.core.plan import (
     tool_error_of,
 )
 from bir.core.source_run import RecordedOutputs
-from bir.core.types import RecordedStep, Scenario, ScenarioStep, parse_scenario
+from bir.core.types import RecordedStep, Scenario, ScenarioStep
 from bir.evaluator import EvaluatorPool
-from tests.paths import SCENARIOS
-
-FIXTURES = SCENARIOS
+from tests.paths import load_scenario as fixture
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-async def pool(anyio_backend: str) -> AsyncIterator[EvaluatorPool]:
-    async with EvaluatorPool(workers=2, timeout_ms=300) as running:
-        yield running
 
 
 # -- realistic recorded outputs -------------------------------------------------------------------------
@@ -96,10 +83,6 @@ class Executor:
     async def __call__(self, step: ScenarioStep, tool_input: dict[str, Any]) -> StepResult:
         self.calls.append((step.tool_name, tool_input))
         return self.answers.get(step.tool_name) or StepRan(RECORDED[step.tool_name])
-
-
-def fixture(name: str) -> Scenario:
-    return parse_scenario((FIXTURES / name).read_text())
 
 
 def with_step(scenario: Scenario, position: int, **update: Any) -> Scenario:

@@ -10,8 +10,6 @@ from bir.core.safety import check_derived_values, plan_runs_input, strictness
 from bir.core.types import Scenario, parse_scenario
 from tests.paths import SCENARIOS
 
-FIXTURES = SCENARIOS
-
 
 def plan(*tools: str, **samples: object) -> Scenario:
     return parse_scenario(
@@ -23,8 +21,8 @@ def plan(*tools: str, **samples: object) -> Scenario:
 
 
 def test_the_fixture_plans_are_told_apart_by_whether_they_run_input() -> None:
-    mixed = parse_scenario(json.loads((FIXTURES / "fleet-mixed.json").read_text()))
-    direct = parse_scenario(json.loads((FIXTURES / "fleet-direct.json").read_text()))
+    mixed = parse_scenario(json.loads((SCENARIOS / "fleet-mixed.json").read_text()))
+    direct = parse_scenario(json.loads((SCENARIOS / "fleet-direct.json").read_text()))
     assert plan_runs_input(mixed)
     assert not plan_runs_input(direct)
 

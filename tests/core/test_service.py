@@ -17,8 +17,6 @@ from tests.fakes.baseinsvc import PRICING_VERSION, Canned, FakeBaseIn
 from tests.fakes.fixtures import running_fake_service
 from tests.paths import SCENARIOS
 
-FIXTURES = SCENARIOS
-
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -36,7 +34,7 @@ def logged() -> Iterator[Callable[[], list[dict[str, Any]]]]:
 
 
 def scenario_fixture(name: str = "fleet-direct") -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    data: dict[str, Any] = json.loads((SCENARIOS / f"{name}.json").read_text())
     return data
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from bir.core.types import PayloadError, parse_match, parse_qualified_name, parse_recorded_steps, parse_scenario
+from tests.paths import SHARED_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+FIXTURES = SHARED_FIXTURES
 
 
 def _fixture(name: str) -> str:
