@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
 
+from bir.core.errors import LogicError
 from bir.core.types import LogicKind, Scenario, ScenarioStep
-from bir.evaluator.errors import LogicError
 
 
 class Evaluator(Protocol):

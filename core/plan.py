@@ -30,6 +30,7 @@ from typing import Any, Final, Literal, NoReturn
 from bir.core import config
 from bir.core.bundle import BundleEntry, assemble_bundle, render_input
 from bir.core.coverage import ReplayMode
+from bir.core.errors import LogicError
 from bir.core.handover import Stop, StopKind, handover_note
 from bir.core.log import log_event
 from bir.core.logic import (
@@ -47,7 +48,6 @@ from bir.core.source_run import RecordedOutputs, SourceRun
 from bir.core.tool_kinds import SHELL_TOOLS
 from bir.core.truncate import cut
 from bir.core.types import Scenario, ScenarioStep
-from bir.evaluator.errors import LogicError
 
 TAG: Final = "[BaseInstRunner calculated replay]"
 # additionalContext is read whole by the model; the host keeps well under 10,000 characters of it.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bir.evaluator.errors import LogicError
+    from bir.core.errors import LogicError
     from bir.evaluator.pool import EvaluatorPool
 
 __all__ = ["EvaluatorPool", "LogicError"]
@@ -28,7 +28,7 @@ def __getattr__(name: str) -> Any:
 
         return EvaluatorPool
     if name == "LogicError":
-        from bir.evaluator.errors import LogicError
+        from bir.core.errors import LogicError
 
         return LogicError
     raise AttributeError(name)

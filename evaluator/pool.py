@@ -33,9 +33,9 @@ from typing import Any, Final
 import msgspec
 
 from bir.core import config
+from bir.core.errors import LogicError, Reason, as_reason
 from bir.core.log import log_event
 from bir.evaluator.engine import memory_message, timeout_message
-from bir.evaluator.errors import LogicError, Reason, as_reason
 from bir.evaluator.process import WorkerEvents, WorkerProcess
 from bir.evaluator.realm import PARAMETERS
 from bir.evaluator.refusals import RefusalLedger

@@ -52,7 +52,7 @@ class Result(msgspec.Struct, tag="result", frozen=True):
     id: int
     ok: bool
     value: str | None = None  # JSON text of the result object when ok
-    reason: str | None = None  # one of bir.evaluator.errors.REASONS when not ok
+    reason: str | None = None  # one of bir.core.errors.REASONS when not ok
     message: str | None = None
 
 

@@ -10,7 +10,7 @@ these tools:
 - ``slow_echo {text, delay_ms}``: answers ``text`` after ``delay_ms``, for timeout and cancellation
   tests. A cancelled call stops at once and says so on stderr (``fleet.cancelled``).
 
-Run it as ``python examples/fleet_server.py``.
+Run it as ``python -m bir.examples.fleet_server`` (or ``python examples/fleet_server.py`` from a checkout).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Final
 
 from bir import __version__
+from bir.core.framing import NEED_DATA, LineSplitter, LineTooLong
 from bir.core.log import log_event
-from bir.proxy.framing import NEED_DATA, LineSplitter, LineTooLong
 
 PROTOCOL_VERSION: Final = "2025-06-18"
 INITIALIZE_TIMEOUT_S: Final = 30.0

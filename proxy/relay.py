@@ -25,10 +25,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from bir.core.log import log_event
-from bir.proxy import rewrite
-from bir.proxy.control_client import StepReport
-from bir.proxy.framing import (
+from bir.core.framing import (
     DEFAULT_MAX_LINE_BYTES,
     NEED_DATA,
     Envelope,
@@ -41,6 +38,9 @@ from bir.proxy.framing import (
     id_key,
     peek,
 )
+from bir.core.log import log_event
+from bir.proxy import rewrite
+from bir.proxy.control_client import StepReport
 
 UPSTREAM_EXITED: Final = -32000
 OWN_ID_PREFIX: Final = "bir:"

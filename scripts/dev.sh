@@ -18,7 +18,7 @@ main_job() {
     "$VENV/bin/bir" replay --scenario examples/scenarios/fleet-direct.json \
         --prompt "find the riskiest device in eu-west-1 and show its details" \
         --param region=eu-west-1 \
-        --wrap "fleet=$VENV/bin/python examples/fleet_server.py"
+        --wrap "fleet=$VENV/bin/python -m bir.examples.fleet_server"
 }
 
 checks() {

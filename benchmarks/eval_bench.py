@@ -35,8 +35,8 @@ import msgspec
 
 from bir.benchmarks.corpus import CASES, MIX, Case
 from bir.core import config
+from bir.core.errors import LogicError
 from bir.evaluator.bench_floor import FloorCase, FloorReply, FloorRequest
-from bir.evaluator.errors import LogicError
 from bir.evaluator.pool import EvaluatorPool
 
 REPORT_VERSION: Final = 1

@@ -1,6 +1,6 @@
 """What ``bir bench proxy`` reports: latency summaries, the proxy's added cost, the table.
 
-Pure functions over lists of nanosecond samples; the harness that takes them is ``bir.proxy.bench``.
+Pure functions over lists of nanosecond samples; the harness that takes them is ``bir.benchmarks.proxy_bench``.
 """
 
 from __future__ import annotations

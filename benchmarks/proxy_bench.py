@@ -14,6 +14,7 @@ which the third client session is.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -32,15 +33,15 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from bir import __version__
+from bir.benchmarks.proxy_bench_report import TOOLS, VARIANTS, build_report, render_table
 from bir.core.log import log_event
 from bir.hooks.discovery import write_discovery
 from bir.hooks.routes import StepReport
 from bir.hooks.server import ControlServer
-from bir.proxy.bench_report import TOOLS, VARIANTS, build_report, render_table
 from bir.proxy.rewrite import CALL_ID_KEY
 
-REPO: Final = Path(__file__).resolve().parents[1]
-FLEET_SERVER: Final = REPO / "examples" / "fleet_server.py"
+# The demo upstream ships inside the package, so the bench runs from an installed wheel too.
+FLEET_MODULE: Final = "bir.examples.fleet_server"
 SERVER_NAME: Final = "fleet"
 # The demo fleet's regions and size (examples/fleet_server.py, which never imports bir).
 _REGIONS: Final = ("eu-west-1", "us-east-1", "ap-southeast-2", "sa-east-1")
@@ -137,8 +138,8 @@ def run_proxy_bench(*, quick: bool, as_json: bool, iterations: int | None = None
 
 
 async def _bench(plan: Plan, quick: bool, workdir: Path, errlog: TextIO) -> dict[str, Any]:
-    if not FLEET_SERVER.is_file():
-        raise BenchError(f"the demo upstream is missing: {FLEET_SERVER}")
+    if importlib.util.find_spec(FLEET_MODULE) is None:
+        raise BenchError(f"the demo upstream is missing: {FLEET_MODULE}")
     load_start = os.getloadavg()[0]
     started_at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     ops = 2 * len(VARIANTS) + 1
@@ -156,7 +157,7 @@ async def _bench(plan: Plan, quick: bool, workdir: Path, errlog: TextIO) -> dict
         "cpu_count": os.cpu_count() or 0,
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
-        "upstream": "examples/fleet_server.py",
+        "upstream": FLEET_MODULE,
         "step_reports": reports,
     }
     return build_report(samples, steps, meta=meta)
@@ -174,7 +175,7 @@ async def _measure(plan: Plan, workdir: Path, errlog: TextIO) -> _Measured:
         # The proxy finds the control server through discovery under its own BIR_HOME.
         write_discovery(control.discovery(project), home=home)
         async with AsyncExitStack() as stack:
-            fleet = [sys.executable, str(FLEET_SERVER)]
+            fleet = [sys.executable, "-m", FLEET_MODULE]
             relay = [sys.executable, "-m", "bir.proxy", "--server-name", SERVER_NAME]
             direct = await stack.enter_async_context(_session(fleet, home, errlog))
             plain = await stack.enter_async_context(_session([*relay, "--no-control", "--", *fleet], home, errlog))
@@ -239,7 +240,7 @@ async def _rounds(plan: Plan, clients: dict[str, Client], control: ControlServer
 @asynccontextmanager
 async def _session(command: list[str], home: Path, errlog: TextIO) -> AsyncIterator[Client]:
     # The SDK's shutdown closes stdin, waits, then kills the process tree: nothing is left behind.
-    params = StdioServerParameters(command=command[0], args=command[1:], env={"BIR_HOME": str(home)}, cwd=str(REPO))
+    params = StdioServerParameters(command=command[0], args=command[1:], env={"BIR_HOME": str(home)}, cwd=str(home))
     async with Client(
         stdio_client(params, errlog=errlog), mode="legacy", read_timeout_seconds=_CALL_TIMEOUT_S
     ) as client:

@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from bir.proxy.bench_report import TOOLS, VARIANTS, build_report, compare, percentile, render_table, summarize
+from bir.benchmarks.proxy_bench_report import (
+    TOOLS,
+    VARIANTS,
+    build_report,
+    compare,
+    percentile,
+    render_table,
+    summarize,
+)
 
 _META = {"iterations": 4, "warmup": 1, "loadavg_1m": 0.2, "cpu_count": 2}
 

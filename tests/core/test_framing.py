@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from bir.proxy.framing import (
+from bir.core.framing import (
     NEED_DATA,
     LineSplitter,
     LineTooLong,

@@ -9,10 +9,10 @@ from typing import Any
 import psutil
 import pytest
 
-from bir.core.cli import main as bir_main
-from bir.proxy import bench
-from bir.proxy.bench import plan_for, run_proxy_bench
-from bir.proxy.bench_report import TOOLS, VARIANTS
+from bir.benchmarks import proxy_bench as bench
+from bir.benchmarks.proxy_bench import plan_for, run_proxy_bench
+from bir.benchmarks.proxy_bench_report import TOOLS, VARIANTS
+from bir.cli import main as bir_main
 
 _STATS = {"n", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "min_ms", "max_ms"}
 _COMPARISON = {"added_p50_ms", "added_p99_ms", "ratio_p50", "ratio_p99"}
@@ -101,7 +101,7 @@ def test_a_call_that_fails_ends_the_run_with_one_line_and_stops_every_server(
 def test_a_missing_upstream_is_reported_not_raised(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    monkeypatch.setattr(bench, "FLEET_SERVER", tmp_path / "no-such-server.py")
+    monkeypatch.setattr(bench, "FLEET_MODULE", "bir.examples.no_such_server")
     assert run_proxy_bench(quick=True, as_json=False, iterations=1) == 1
     assert "the demo upstream is missing" in capsys.readouterr().err
 

@@ -1,10 +1,15 @@
-"""The one error type of the evaluator's API."""
+"""The logic contract's one error type: how a logic body failed (``LogicError`` and its reasons).
+
+It lives in ``core`` because the plan and the logic entry points speak it, and the evaluator raises it.
+"""
 
 from __future__ import annotations
 
 from typing import Final, Literal, get_args
 
-from bir.evaluator.engine import MAX_MESSAGE_CHARS, bounded
+from bir.core.truncate import cut
+
+MAX_MESSAGE_CHARS: Final = 1000
 
 Reason = Literal["threw", "compile", "result", "timeout", "memory", "refused", "crashed", "overloaded", "closed"]
 REASONS: Final = frozenset(get_args(Reason))
@@ -19,7 +24,7 @@ class LogicError(Exception):
 
     def __init__(self, reason: Reason, message: str, kind: str = "") -> None:
         self.reason: Reason = reason
-        self.message = bounded(message, MAX_MESSAGE_CHARS)
+        self.message = cut(message, MAX_MESSAGE_CHARS)
         self.kind = kind
         super().__init__(self.message)
 

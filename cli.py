@@ -57,11 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(markdown_table() + "\n")
             return 0
         if args.command == "bench" and args.bench_target == "eval":
-            from bir.evaluator.bench import run_eval_bench
+            from bir.benchmarks.eval_bench import run_eval_bench
 
             return run_eval_bench(quick=args.quick, as_json=args.json)
         if args.command == "bench" and args.bench_target == "proxy":
-            from bir.proxy.bench import run_proxy_bench
+            from bir.benchmarks.proxy_bench import run_proxy_bench
 
             return run_proxy_bench(quick=args.quick, as_json=args.json)
     except ConfigError as exc:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from bir.benchmarks import corpus
+from bir.benchmarks import eval_bench as bench_module
 from bir.benchmarks.corpus import CASES, MIX, Case
+from bir.benchmarks.eval_bench import Counts, render_table, run_eval_bench
 from bir.evaluator import EvaluatorPool
-from bir.evaluator import bench as bench_module
-from bir.evaluator.bench import Counts, render_table, run_eval_bench
 
 TINY = Counts(warmup=2, sequential=6, throughput=6, callers_per_worker=2, recycle_calls=6, quickjs_calls=6)
 LATENCY_KEYS = {"calls", "p50_us", "p90_us", "p99_us", "mean_us", "sequential_calls_per_s"}
@@ -211,7 +211,7 @@ def test_the_floor_refuses_a_malformed_request_with_one_line() -> None:
 
 def test_importing_the_bench_does_not_load_v8_into_the_bench_process() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "import sys, bir.evaluator.bench; print('py_mini_racer' in sys.modules)"],
+        [sys.executable, "-c", "import sys, bir.benchmarks.eval_bench; print('py_mini_racer' in sys.modules)"],
         capture_output=True,
         timeout=60,
         check=True,
