@@ -1,29 +1,90 @@
-"""The one logging helper: one JSON object per line on stderr, with an ``event`` field.
+"""The one logging helper: one JSON object per line, with an ``event`` field.
 
 Every process of bir (the control server, the proxies, the evaluator's workers) logs through
-``log_event``. stdout is never touched: on a stdio MCP server it is the protocol channel.
+``log_event``: to stderr by default (where a host captures it), or to a file under
+``<BIR_HOME>/logs/`` once ``log_to_file`` was called (a detached server, a command that talks to a
+person). stdout is never touched: on a stdio MCP server it is the protocol channel.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, Any, Final, Protocol
 
 # Bounds, so that a log line can never carry a body's 200,000-character error or a whole tool output.
 MAX_FIELD_CHARS = 2_000
 MAX_LINE_CHARS = 16_000
 
+# A log file is rotated past this size, keeping one older copy: at most twice this on disk per file.
+MAX_FILE_BYTES: Final = 5 * 1024 * 1024
+
+
+
+class _Sink(Protocol):
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
 _lock = threading.Lock()
-_stream: IO[str] | None = None
+_stream: _Sink | None = None
 
 
-def set_stream(stream: IO[str] | None) -> None:
+class _RotatingFile:
+    """Appends lines to ``path`` (0600), moving it to ``path.1`` once it passes ``max_bytes``."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path = path
+        self._max = max_bytes
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._handle = self._open()
+
+    def _open(self) -> IO[str]:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return os.fdopen(fd, "a", encoding="utf-8")
+
+    def write(self, text: str) -> int:
+        written = self._handle.write(text)
+        if self._handle.tell() > self._max:
+            self._handle.close()
+            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+            self._handle = self._open()
+        return written
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def set_stream(stream: IO[str] | _Sink | None) -> None:
     """Send log lines to ``stream`` instead of stderr (tests capture them this way)."""
     global _stream
+    previous = _stream
     _stream = stream
+    if isinstance(previous, _RotatingFile) and previous is not stream:
+        previous.close()
+
+
+def log_to_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Path:
+    """Send every later log line to ``path`` (created 0600, rotated past ``max_bytes``) and return it.
+
+    Raises:
+        OSError: the file or its folder cannot be created.
+    """
+    set_stream(_RotatingFile(path, max_bytes))
+    return path
+
+
+def logs_dir(home: Path) -> Path:
+    """``<BIR_HOME>/logs``: where servers and commands keep their JSON lines."""
+    return home / "logs"
 
 
 def _bounded(value: Any, depth: int = 0) -> Any:

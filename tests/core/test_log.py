@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 from bir.core import log
 
@@ -50,3 +51,20 @@ def test_logging_never_raises_even_when_the_stream_is_broken() -> None:
         log.log_event("x", a=1)
     finally:
         log.set_stream(None)
+
+
+def test_log_lines_go_to_a_private_file_that_rotates_past_its_size(tmp_path: Path) -> None:
+    target = tmp_path / "logs" / "control.log"
+    log.log_to_file(target, max_bytes=2_000)
+    try:
+        for i in range(40):
+            log.log_event("test.line", i=i, pad="x" * 100)
+    finally:
+        log.set_stream(None)
+    assert (target.stat().st_mode & 0o777) == 0o600
+    rotated = target.with_name("control.log.1")
+    assert rotated.exists()
+    assert target.stat().st_size <= 2_000 + 400
+    lines = [json.loads(line) for path in (rotated, target) for line in path.read_text().splitlines()]
+    assert lines[-1]["i"] == 39
+    assert all(line["event"] == "test.line" for line in lines)
