@@ -278,11 +278,14 @@ async def _serve(project: Path, port: int) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    from bir.hooks.session_host import live_controller
+
     try:
         await server.start(port=port)
-        path = write_discovery(server.discovery(project))
-        log_event("control.published", path=str(path), project=str(project), url=server.url)
-        await stop.wait()
+        async with live_controller(server, project):
+            path = write_discovery(server.discovery(project))
+            log_event("control.published", path=str(path), project=str(project), url=server.url)
+            await stop.wait()
     finally:
         remove_discovery(project, pid=os.getpid())
         await server.stop()
