@@ -3,8 +3,8 @@ fresh virtual environment without the dev extras, runs every console script and 
 from a folder where the checkout is not importable.
 
 One module-scoped fixture builds and installs once; pip resolves the runtime dependencies from its
-index (its cache makes that quick). ``bir bench eval --quick`` is left to the benchmark tests: it
-takes about as long again as everything here together.
+index (its cache makes that quick). Both quick benches run too: ``bench proxy`` starts the shipped
+demo fleet with ``python -m``, ``bench eval`` the shipped workers and floor (about 10 s each).
 """
 
 from __future__ import annotations
@@ -154,14 +154,18 @@ def test_every_console_script_answers_help(installed: Installed, script: str) ->
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
-def test_bir_bench_proxy_quick_runs_against_the_shipped_demo_fleet(installed: Installed) -> None:
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [("proxy", "bir bench proxy"), ("eval", "bir bench eval")],
+)
+def test_each_quick_bench_runs_from_the_installed_package(installed: Installed, target: str, expected: str) -> None:
     done = _run(
-        [str(installed.bin / "bir"), "bench", "proxy", "--quick"],
+        [str(installed.bin / "bir"), "bench", target, "--quick"],
         cwd=installed.workdir,
         env=installed.env,
         timeout=INSTALL_TIMEOUT_S,
     )
-    _must(done, "bir bench proxy --quick")
-    assert done.stdout.strip(), "bir bench proxy printed nothing"
+    _must(done, f"bir bench {target} --quick")
+    assert expected in done.stdout, done.stdout[:2000]
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert not any(installed.workdir.iterdir()), "the bench wrote into its working folder"
