@@ -97,6 +97,27 @@ def write_project(
     return project_dir
 
 
+def claude_home(case_dir: Path) -> Path:
+    """The HOME a run in ``case_dir`` gets (``run_claude`` makes it on first use)."""
+    return case_dir.resolve() / "claude-home"
+
+
+def write_local_mcp(case_dir: Path, project_root: Path, servers: Mapping[str, Mapping[str, Any]]) -> Path:
+    """Add local-scope MCP servers for ``project_root``, where ``claude mcp add -s local`` puts them.
+
+    That is ``$HOME/.claude.json`` (``$CLAUDE_CONFIG_DIR/.claude.json`` when set), key
+    ``projects[<absolute project root>].mcpServers``; inside a git repository the root is the repository's
+    top folder, not the cwd. Returns the file written.
+    """
+    config = claude_home(case_dir) / ".claude.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = json.loads(config.read_text(encoding="utf-8")) if config.exists() else {}
+    project = data.setdefault("projects", {}).setdefault(str(project_root.resolve()), {})
+    project.setdefault("mcpServers", {}).update({name: {"type": "stdio", **dict(s)} for name, s in servers.items()})
+    config.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return config
+
+
 def command_hook(command: str, *, matcher: str | None = None, timeout_s: int | None = None) -> dict[str, Any]:
     """One matcher group with one command hook, as the ``hooks`` settings take it (``timeout`` is in seconds)."""
     hook: dict[str, Any] = {"type": "command", "command": command}
@@ -158,7 +179,7 @@ def run_claude(
     """
     project_dir = project_dir.resolve()
     case = (case_dir or project_dir.parent).resolve()
-    home, tmp = case / "claude-home", case / "claude-tmp"
+    home, tmp = claude_home(case), case / "claude-tmp"
     home.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
     session = session_id or str(uuid.uuid4())

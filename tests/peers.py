@@ -48,11 +48,11 @@ def npm_install(prefix: Path, package: str, entry: Path) -> Path:
     Raises:
         pytest.fail.Exception: npm is missing, or the install failed or did not produce ``entry``.
     """
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.fail(f"npm is not installed: cannot install the test peer {package} (Node 20 and npm are required)")
     with _locked(prefix):
         if not entry.exists():
+            npm = shutil.which("npm")
+            if npm is None:
+                pytest.fail(f"npm is not installed: cannot install the test peer {package} (Node 20 and npm needed)")
             prefix.mkdir(parents=True, exist_ok=True)
             try:
                 done = subprocess.run(
@@ -117,7 +117,10 @@ def claude_code(version: str) -> Path:
                 stdin=subprocess.DEVNULL, env={**env, "HOME": home, "TMPDIR": home},
             )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"{binary} --version did not run: {exc!r}")
+        pytest.fail(f"{binary} --version did not run: {exc!r} (delete {prefix} to install it again)")
     if not shown.stdout.startswith(f"{version} "):
-        pytest.fail(f"{binary} --version said {shown.stdout[:200]!r} (stderr {shown.stderr[-300:]!r}), not {version}")
+        pytest.fail(
+            f"{binary} --version said {shown.stdout[:200]!r} (stderr {shown.stderr[-300:]!r}), not {version}; "
+            f"delete {prefix} to install it again"
+        )
     return binary

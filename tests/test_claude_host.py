@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.claude_host import command_hook, run_claude, write_project
+from tests.claude_host import command_hook, run_claude, write_local_mcp, write_project
 from tests.fakes.messages_api import ApiRequest, FakeMessagesApi, Turn, call, say
 from tests.peers import INSTALLING_TEST_TIMEOUT_S
 
@@ -85,3 +85,28 @@ def test_a_command_hooks_additional_context_reaches_the_first_model_request(
     assert seen[0]["input"]["transcript_path"] == str(run.transcript_path)
     assert seen[0]["bir_home"] == os.environ["BIR_HOME"]  # the test's own home, passed through
     assert run.transcript_path.exists()
+
+
+def test_a_local_scope_server_in_the_users_config_is_started_and_a_stream_json_run_reports_each_event(
+    claude_binary: Path, tmp_path: Path
+) -> None:
+    project = write_project(tmp_path / "project")
+    write_local_mcp(tmp_path, project, FLEET)
+    api = FakeMessagesApi([call("mcp__fleet__get_device", {"id": "dev-002"}, tool_id="toolu_get")])
+    with api.serve():
+        run = run_claude(
+            claude_binary,
+            project,
+            "show dev-002",
+            api_url=api.url,
+            allowed_tools=["mcp__fleet"],
+            output_format="stream-json",
+        )
+
+    assert run.exit_code == 0, run.describe()
+    assert len(api.requests) == 2
+    assert json.loads(api.requests[1].tool_result_text("toolu_get"))["id"] == "dev-002"
+    assert run.events[0]["type"] == "system"
+    assert run.result is not None
+    assert run.result["type"] == "result"
+    assert run.result["result"] == "Done."
