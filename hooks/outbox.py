@@ -180,7 +180,7 @@ class Outbox:
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             log_event("outbox.item_unencodable", kind=item.kind, run_id=item.run_id, error=str(exc)[:300])
             return False
-        if len(data) > self.policy.max_item_bytes:
+        if len(data) > min(self.policy.max_item_bytes, self.policy.max_bytes):
             log_event("outbox.item_too_large", kind=item.kind, run_id=item.run_id, bytes=len(data))
             return False
         old = self._items.get(item.id)

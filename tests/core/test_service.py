@@ -349,7 +349,10 @@ async def test_steps_of_a_missed_run_are_recorded_in_step_order_whatever_order_t
         first = await service.post_step("run_rec", step_body(0))
         assert (first.status, first.http_status) == ("recorded", 201)
         assert second.status == "recorded"
-        assert [s["toolName"] for s in fake.steps_of("run_rec")] == ["mcp__fleet__list_devices", "mcp__fleet__get_device"]
+        assert [s["toolName"] for s in fake.steps_of("run_rec")] == [
+            "mcp__fleet__list_devices",
+            "mcp__fleet__get_device",
+        ]
         assert [s.step_index for s in await service.get_run_steps("run_rec")] == [0, 1]
 
 
