@@ -200,8 +200,6 @@ async def test_a_service_that_is_down_and_then_up_gets_everything_in_order(box_d
             assert fake.steps_of("run_1") == []
             fake.down = False
             assert await box.flush(DEADLINE_S)
-        accepted = [r for r in fake.requests_to("steps") if r.body["stepIndex"] == 3]
-        assert accepted  # the last step went out only after the earlier ones were taken
         run_order = [r.route for r in fake.requests if r.route in ("steps", "finish")]
         assert run_order[-1] == "finish"
         indices = [r.body["stepIndex"] for r in fake.requests_to("steps")]
