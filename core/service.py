@@ -1,4 +1,4 @@
-"""The client of the BaseIn service (service-contract.md): match, source run, derive, report, scenario.
+"""The client of the BaseIn service (service-contract.md): match, recording, source run, derive, report, scenario.
 
 Every request carries the bearer token and is bounded twice: by a total deadline (httpx's own timeout
 is per read, so a server that drips bytes would never trip it) and by a cap on the answer's size.
@@ -39,6 +39,8 @@ _SNIPPET_CHARS = 120
 
 ErrorKind = Literal["not_configured", "timeout", "unreachable", "status", "bad_answer", "too_large"]
 ReportStatus = Literal["booked", "duplicate", "not_recorded", "ticket_unknown"]
+StepStatus = Literal["recorded", "unknown_run"]
+FinishStatus = Literal["finished", "duplicate", "unknown_run"]
 
 
 def _bounded(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -72,6 +74,22 @@ class ReportResult:
     @property
     def booked(self) -> bool:
         return self.status == "booked"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What the service did with one recorded step: stored it, or knows no such run (a hit, §12)."""
+
+    status: StepStatus
+    http_status: int
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    """What the service did with a run's finish: sealed it, had already sealed it, or knows no such run."""
+
+    status: FinishStatus
+    http_status: int
 
 
 def _snippet(body: bytes) -> str:
@@ -302,6 +320,44 @@ class ServiceClient:
         log_event("service.execution_reported", scenario_id=scenario_id, status=result.status)
         return result
 
+    async def post_step(self, run_id: str, body: Mapping[str, Any], *, timeout_s: float | None = None) -> StepResult:
+        """Record one settled tool call of a recorded run (service-contract.md).
+
+        A 2xx is ``recorded``; 404 (an unknown run: a matched turn has none, §12) is ``unknown_run``,
+        an answer and not an error.
+
+        Raises:
+            ServiceError: not configured, no answer, or any other status.
+        """
+        route = "step"
+        path = f"/recordings/runs/{_segment(run_id)}/steps"
+        status, raw = await self._call("POST", path, route=route, json_body=dict(body), timeout_s=timeout_s)
+        if 200 <= status < 300:
+            return StepResult("recorded", status)
+        if status == 404:
+            return StepResult("unknown_run", status)
+        raise self._failed(route, status, raw)
+
+    async def finish_run(self, run_id: str, body: Mapping[str, Any], *, timeout_s: float | None = None) -> FinishResult:
+        """Seal a recorded run with the turn's answer and usage (service-contract.md).
+
+        ``200 {}`` is ``finished``, ``200 {duplicate: true}`` (a second finish) is ``duplicate`` and
+        404 is ``unknown_run``: all answers, not errors.
+
+        Raises:
+            ServiceError: not configured, no answer, or any other status.
+        """
+        route = "finish"
+        path = f"/recordings/runs/{_segment(run_id)}/finish"
+        status, raw = await self._call("POST", path, route=route, json_body=dict(body), timeout_s=timeout_s)
+        if 200 <= status < 300:
+            data = _loads_quietly(raw)
+            duplicate = isinstance(data, dict) and data.get("duplicate") is True
+            return FinishResult("duplicate" if duplicate else "finished", status)
+        if status == 404:
+            return FinishResult("unknown_run", status)
+        raise self._failed(route, status, raw)
+
     async def derive(
         self,
         scenario_id: str,
@@ -336,36 +392,6 @@ class ServiceClient:
         if not isinstance(data, dict):
             raise ServiceError("bad_answer", f"{route}: the answer is not a JSON object", route=route, status=status)
         return data
-
-    async def post_step(self, run_id: str, body: Mapping[str, Any], *, timeout_s: float | None = None) -> bool:
-        """Record one step of a run (service-contract.md); False for an unknown run (404).
-
-        Raises:
-            ServiceError: not configured, no answer, or any other status.
-        """
-        route = "run_step"
-        path = f"/recordings/runs/{_segment(run_id)}/steps"
-        status, raw = await self._call("POST", path, route=route, json_body=dict(body), timeout_s=timeout_s)
-        if status == 404:
-            return False
-        if status // 100 != 2:
-            raise self._failed(route, status, raw)
-        return True
-
-    async def finish_run(self, run_id: str, body: Mapping[str, Any], *, timeout_s: float | None = None) -> bool:
-        """Finish a recorded run; False for an unknown run (404). A duplicate finish is an answer.
-
-        Raises:
-            ServiceError: not configured, no answer, or any other status.
-        """
-        route = "run_finish"
-        path = f"/recordings/runs/{_segment(run_id)}/finish"
-        status, raw = await self._call("POST", path, route=route, json_body=dict(body), timeout_s=timeout_s)
-        if status == 404:
-            return False
-        if status // 100 != 2:
-            raise self._failed(route, status, raw)
-        return True
 
     async def get_scenario(self, scenario_id: str, *, timeout_s: float | None = None) -> Scenario:
         """The serialized scenario (spec §16.5).

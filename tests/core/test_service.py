@@ -335,3 +335,70 @@ async def test_an_injected_transport_is_used_and_closed_with_the_client() -> Non
     async with service:
         result = await service.report_execution("scn_x", {"ticket": "t", "outcome": "failed"})
     assert result.status == "ticket_unknown"
+
+
+def step_body(index: int, tool: str = "mcp__fleet__list_devices") -> dict[str, Any]:
+    return {"stepIndex": index, "toolName": tool, "toolInput": {"region": "eu"}, "toolOutput": '{"ok":true}'}
+
+
+@pytest.mark.anyio
+async def test_steps_of_a_missed_run_are_recorded_in_step_order_whatever_order_they_arrive_in() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        assert await service.match("run_rec", "never asked before") is None
+        second = await service.post_step("run_rec", step_body(1, "mcp__fleet__get_device"))
+        first = await service.post_step("run_rec", step_body(0))
+        assert (first.status, first.http_status) == ("recorded", 201)
+        assert second.status == "recorded"
+        assert [s["toolName"] for s in fake.steps_of("run_rec")] == [
+            "mcp__fleet__list_devices",
+            "mcp__fleet__get_device",
+        ]
+        assert [s.step_index for s in await service.get_run_steps("run_rec")] == [0, 1]
+
+
+@pytest.mark.anyio
+async def test_a_step_or_finish_for_an_unknown_run_is_an_answer_not_an_error() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.add_match("a hit", scenario_fixture())
+        assert await service.match("run_hit", "a hit") is not None
+        step = await service.post_step("run_hit", step_body(0))
+        finish = await service.finish_run("run_hit", {"output": "x"})
+        assert (step.status, step.http_status) == ("unknown_run", 404)
+        assert (finish.status, finish.http_status) == ("unknown_run", 404)
+        assert fake.steps_of("run_hit") == []
+
+
+@pytest.mark.anyio
+async def test_a_second_finish_of_a_run_is_a_duplicate() -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.add_run("run_fin", [])
+        body = {"output": "done", "durationMs": 10, "usage": [], "costUsd": 0.01, "measured": True}
+        first = await service.finish_run("run_fin", body)
+        second = await service.finish_run("run_fin", {**body, "output": "again"})
+        assert (first.status, second.status) == ("finished", "duplicate")
+        assert fake.finished["run_fin"]["output"] == "done"
+
+
+@pytest.mark.anyio
+async def test_a_service_that_is_down_makes_recording_raise_a_status_error(
+    logged: Callable[[], list[dict[str, Any]]],
+) -> None:
+    async with running_fake_service() as fake, client_for(fake) as service:
+        fake.add_run("run_down", [])
+        fake.down = True
+        with pytest.raises(ServiceError) as caught:
+            await service.post_step("run_down", step_body(0))
+        assert (caught.value.kind, caught.value.status, caught.value.route) == ("status", 503, "step")
+        with pytest.raises(ServiceError) as finish_caught:
+            await service.finish_run("run_down", {})
+        assert finish_caught.value.status == 503
+        assert [e["route"] for e in logged() if e["event"] == "service.request_failed"] == ["step", "finish"]
+
+
+@pytest.mark.anyio
+async def test_recording_without_a_service_url_raises_not_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BIR_AUTH_URL", raising=False)
+    async with ServiceClient() as service:
+        with pytest.raises(ServiceError) as caught:
+            await service.post_step("run_x", step_body(0))
+        assert caught.value.kind == "not_configured"

@@ -5,6 +5,10 @@ The server-side rules kept here: a hit creates no run; a ticket is claimed once,
 answers ``200 {duplicate: true}``; an unknown or expired ticket answers ``409``; ``not_steered`` and
 ``failed`` go to the baseline, the other outcomes to the ledger; a report whose ``pricingVersion``
 differs is stored with ``measured: false``; a costless report with no error is not booked (``202``).
+Recording: a miss creates the run with the proposed id; steps of a known run are stored by
+``stepIndex`` whatever order they arrive in, an unknown run answers ``404``; a run's second finish
+answers ``200 {duplicate: true}``. ``down`` makes every route answer ``503``; ``route_latency_s``
+slows one route down.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from tests.fakes.serving import Releaser
 PRICING_VERSION = "2026-08-30"
 OUTCOMES = frozenset({"steered_full", "diverged", "fell_back", "failed", "not_steered"})
 BASELINE_OUTCOMES = frozenset({"not_steered", "failed"})
-ROUTES = ("match", "run", "derive", "executions", "scenario")
+ROUTES = ("match", "run", "steps", "finish", "derive", "executions", "scenario")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,11 @@ class FakeBaseIn:
     baseline: list[Execution] = field(default_factory=list)
     ledger: list[Execution] = field(default_factory=list)
     not_recorded: list[dict[str, Any]] = field(default_factory=list)
+    # run id → step index → the step body as posted (the last post of an index wins).
+    recorded_steps: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Every route answers 503 while set: the service is down but still accepting connections.
+    down: bool = False
     requests: list[SeenRequest] = field(default_factory=list)
     url: str = ""
     releaser: Releaser = field(default_factory=Releaser)
@@ -123,6 +132,17 @@ class FakeBaseIn:
         with self._lock:
             return [r for r in self.requests if r.route == route]
 
+    def steps_of(self, run_id: str) -> list[dict[str, Any]]:
+        """The steps recorded for ``run_id``, ordered by ``stepIndex``."""
+        with self._lock:
+            steps = self.recorded_steps.get(run_id, {})
+            return [steps[i] for i in sorted(steps)]
+
+    def booked_tickets(self) -> list[str]:
+        """Every ticket that booked a row (baseline or ledger), in booking order."""
+        with self._lock:
+            return [row.id for row in (*self.baseline, *self.ledger)]
+
     # --- the HTTP side ----------------------------------------------------------------------------
 
     async def _enter(self, route: str, request: Request) -> tuple[Any, Response | None]:
@@ -137,6 +157,8 @@ class FakeBaseIn:
                 SeenRequest(route, request.method, request.url.path, dict(request.headers.items()), body)
             )
         await self.releaser.wait(self.route_latency_s.get(route, self.latency_s))
+        if self.down:
+            return body, JSONResponse({"error": "service unavailable"}, status_code=503)
         if request.headers.get("authorization") != f"Bearer {self.token}":
             return body, JSONResponse({"error": "unauthorized"}, status_code=401)
         forced = self.forced.get(route)
@@ -155,7 +177,8 @@ class FakeBaseIn:
             # A hit creates no run: the service keeps its own canonical run (spec §2, §12).
             return JSONResponse({"id": None, "matched": matched}, status_code=200)
         run_id = str(body["id"])
-        self.runs.setdefault(run_id, {"run": {"id": run_id, "input": body["input"]}, "steps": []})
+        with self._lock:
+            self.runs.setdefault(run_id, {"run": {"id": run_id, "input": body["input"]}, "steps": []})
         return JSONResponse({"id": run_id, "matched": None}, status_code=201)
 
     async def _run(self, request: Request) -> Response:
@@ -166,6 +189,40 @@ class FakeBaseIn:
         if run is None:
             return JSONResponse({"error": "run not found"}, status_code=404)
         return JSONResponse(run)
+
+    async def _steps(self, request: Request) -> Response:
+        body, early = await self._enter("steps", request)
+        if early is not None:
+            return early
+        run_id = request.path_params["run_id"]
+        if not isinstance(body, dict) or not isinstance(body.get("stepIndex"), int) or not body.get("toolName"):
+            return JSONResponse({"error": "stepIndex and toolName are required"}, status_code=400)
+        with self._lock:
+            run = self.runs.get(run_id)
+            if run is None:
+                return JSONResponse({"error": "run not found"}, status_code=404)
+            steps = self.recorded_steps.setdefault(run_id, {})
+            steps[body["stepIndex"]] = body
+            run["steps"] = [
+                {"stepIndex": i, "toolName": steps[i]["toolName"], "toolOutput": steps[i].get("toolOutput")}
+                for i in sorted(steps)
+            ]
+        return JSONResponse({}, status_code=201)
+
+    async def _finish(self, request: Request) -> Response:
+        body, early = await self._enter("finish", request)
+        if early is not None:
+            return early
+        run_id = request.path_params["run_id"]
+        if not isinstance(body, dict):
+            return JSONResponse({"error": "a JSON object is required"}, status_code=400)
+        with self._lock:
+            if run_id not in self.runs:
+                return JSONResponse({"error": "run not found"}, status_code=404)
+            if run_id in self.finished:
+                return JSONResponse({"duplicate": True}, status_code=200)
+            self.finished[run_id] = body
+        return JSONResponse({}, status_code=200)
 
     async def _scenario(self, request: Request) -> Response:
         _, early = await self._enter("scenario", request)
@@ -220,6 +277,8 @@ class FakeBaseIn:
             routes=[
                 Route("/recordings/runs", self._match, methods=["POST"]),
                 Route("/recordings/runs/{run_id}", self._run, methods=["GET"]),
+                Route("/recordings/runs/{run_id}/steps", self._steps, methods=["POST"]),
+                Route("/recordings/runs/{run_id}/finish", self._finish, methods=["POST"]),
                 Route("/scenarios/{scenario_id}", self._scenario, methods=["GET"]),
                 Route("/scenarios/{scenario_id}/derive", self._derive, methods=["POST"]),
                 Route("/scenarios/{scenario_id}/executions", self._executions, methods=["POST"]),

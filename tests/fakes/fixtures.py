@@ -15,9 +15,10 @@ from tests.fakes.serving import serve_in_thread_async
 
 
 @contextlib.asynccontextmanager
-async def running_fake_service(fake: FakeBaseIn | None = None) -> AsyncIterator[FakeBaseIn]:
+async def running_fake_service(fake: FakeBaseIn | None = None, *, port: int = 0) -> AsyncIterator[FakeBaseIn]:
+    """Serve ``fake`` (a new one by default); ``port`` brings a stopped fake back at its old URL."""
     service = fake if fake is not None else FakeBaseIn()
-    async with serve_in_thread_async(service.app, service.releaser) as url:
+    async with serve_in_thread_async(service.app, service.releaser, port) as url:
         service.url = url
         yield service
 

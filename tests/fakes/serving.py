@@ -48,11 +48,14 @@ class Releaser:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: ASGIApp, releaser: Releaser) -> Iterator[str]:
-    """Run ``app`` until the block ends; yields its base URL (``http://127.0.0.1:<port>``)."""
+def serve_in_thread(app: ASGIApp, releaser: Releaser, port: int = 0) -> Iterator[str]:
+    """Run ``app`` until the block ends; yields its base URL (``http://127.0.0.1:<port>``).
+
+    ``port`` 0 picks a free one; a given port lets a test bring a stopped server back at the same URL.
+    """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     sock.listen(128)
     port = sock.getsockname()[1]
     config = uvicorn.Config(
@@ -92,9 +95,9 @@ def serve_in_thread(app: ASGIApp, releaser: Releaser) -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def serve_in_thread_async(app: ASGIApp, releaser: Releaser) -> AsyncIterator[str]:
+async def serve_in_thread_async(app: ASGIApp, releaser: Releaser, port: int = 0) -> AsyncIterator[str]:
     """``serve_in_thread`` for async tests: the shutdown's join runs off the event loop."""
-    block = serve_in_thread(app, releaser)
+    block = serve_in_thread(app, releaser, port)
     url = block.__enter__()
     try:
         yield url
