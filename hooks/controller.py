@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -25,6 +25,7 @@ from bir.core import config
 from bir.core.bundle import MAX_REPLAY_REASON
 from bir.core.coverage import ReplayMode
 from bir.core.derive import Derivation, derive_parameters, resolve_api_key
+from bir.core.housekeeping import is_housekeeping
 from bir.core.log import log_event
 from bir.core.outcome import RunFacts, StepLedger, decide_outcome, steps_pinned
 from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
@@ -32,7 +33,7 @@ from bir.core.pricing import PRICING_VERSION
 from bir.core.redact import redact, redact_text
 from bir.core.report import build_report
 from bir.core.service import ServiceClient, ServiceError
-from bir.core.transcript import mark_transcript_usage, session_cost_usd, usage_since
+from bir.core.transcript import ModelUsage, mark_transcript_usage, session_cost_usd, usage_since
 from bir.core.truncate import cut, serialize_capped
 from bir.core.types import Matched, Scenario, parse_qualified_name
 from bir.hooks import api
@@ -70,30 +71,43 @@ ALREADY_RUNNING: Final = (
 
 
 class RunRecorder(Protocol):
-    """Records a missed turn's steps and its finish (through the outbox; never blocks)."""
+    """Records a missed turn's steps and its finish (``bir.hooks.recorder.Recorder``; never blocks)."""
 
     def start(self, run_id: str) -> None: ...
 
     def step(
         self,
         run_id: str,
-        *,
+        step_index: int | None,
         tool_name: str,
         tool_input: object,
-        tool_output: str,
+        *,
+        tool_output: object,
         error: str | None = None,
-        duration_ms: float | None = None,
-    ) -> None: ...
+        duration_ms: int | None = None,
+    ) -> int | None: ...
 
-    def finish(self, run_id: str, body: Mapping[str, Any]) -> None: ...
+    def finish(
+        self,
+        run_id: str,
+        output: str | None,
+        *,
+        duration_ms: int,
+        usage: Sequence[ModelUsage],
+        cost_usd: float,
+        measured: bool,
+        pricing_version: str,
+    ) -> bool: ...
 
 
 class ExecutionReports(Protocol):
-    """Execution reports, one per matched ticket, settled exactly once (through the outbox)."""
+    """Execution reports, one per matched ticket, settled exactly once (``bir.hooks.outbox.Outbox``)."""
 
-    def draft(self, ticket: str, scenario_id: str, body: Mapping[str, Any]) -> None: ...
+    def draft_report(self, ticket: str, scenario_id: str, body: Mapping[str, Any]) -> bool: ...
 
-    def finalize(self, ticket: str, scenario_id: str, body: Mapping[str, Any] | None) -> None: ...
+    def finalize_report(
+        self, ticket: str, body: Mapping[str, Any] | None, *, scenario_id: str | None = None
+    ) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -109,9 +123,9 @@ SwitchReader = Callable[[], Switches]
 Evaluator = Any  # the EvaluatorPool (kept abstract: the controller only hands it to the plan)
 
 
-def _housekeeping(tool_name: str | None) -> bool:
+def _housekeeping(tool_name: str | None, tool_input: object = None) -> bool:
     """Host housekeeping and bir's own tools: never a step, never a divergence."""
-    return tool_name is None or tool_name.startswith("mcp__bir__") or tool_name == "ToolSearch"
+    return tool_name is None or is_housekeeping(tool_name, tool_input)
 
 
 def _context(event: str, text: str) -> api.HookAnswer:
@@ -400,7 +414,7 @@ class Controller:
                     )
                 )
             return api.EMPTY_HOOK_ANSWER
-        if _housekeeping(tool):
+        if _housekeeping(tool, hook.tool_input):
             return api.EMPTY_HOOK_ANSWER
         if not run.direct_started:
             # §6.4: a direct plan never diverges; any other first call (or a run_scenario that never
@@ -416,7 +430,7 @@ class Controller:
             return api.EMPTY_HOOK_ANSWER
         call = run.pending.pop(tool_use_id, None)
         failed = hook.hook_event_name == "PostToolUseFailure" or hook.error is not None
-        if run.recording and not _housekeeping(tool) and tool is not None:
+        if run.recording and not _housekeeping(tool, hook.tool_input) and tool is not None:
             duration = hook.duration_ms if hook.duration_ms is not None else None
             if duration is None and call is not None:
                 duration = (self._clock() - call.started) * 1000
@@ -458,14 +472,8 @@ class Controller:
             value = hook.tool_response if not failed else {"error": hook.error}
             error = hook.error if failed else None
         output = serialize_capped(redact(value), MAX_OUTPUT_CHARS)
-        self.recorder.step(
-            run.run_id,
-            tool_name=tool,
-            tool_input=redact(hook.tool_input),
-            tool_output=output,
-            error=error,
-            duration_ms=duration_ms,
-        )
+        took = None if duration_ms is None else round(duration_ms)
+        self.recorder.step(run.run_id, None, tool, hook.tool_input, tool_output=output, error=error, duration_ms=took)
 
     # -- proxies ----------------------------------------------------------------------------------
 
@@ -622,23 +630,12 @@ class Controller:
         if run.recording:
             self.recorder.finish(
                 run.run_id,
-                {
-                    "output": cut(redact_text(run.last_answer or ""), MAX_ANSWER_CHARS),
-                    "durationMs": duration_ms,
-                    "usage": [
-                        {
-                            "model": u.model,
-                            "inputTokens": u.input_tokens,
-                            "outputTokens": u.output_tokens,
-                            "cacheCreationInputTokens": u.cache_creation_input_tokens,
-                            "cacheReadInputTokens": u.cache_read_input_tokens,
-                        }
-                        for u in usages
-                    ],
-                    "costUsd": cost,
-                    "measured": has_mark and priced,
-                    "pricingVersion": PRICING_VERSION,
-                },
+                cut(redact_text(run.last_answer or ""), MAX_ANSWER_CHARS),
+                duration_ms=duration_ms,
+                usage=usages,
+                cost_usd=cost,
+                measured=has_mark and priced,
+                pricing_version=PRICING_VERSION,
             )
         ticket, scenario_id = run.ticket, run.scenario_id
         if ticket is None or scenario_id is None:
@@ -681,7 +678,7 @@ class Controller:
             session_cost_usd=cost,
             sent=body is not None,
         )
-        self.reports.finalize(ticket, scenario_id, body)
+        self.reports.finalize_report(ticket, body, scenario_id=scenario_id)
 
     # -- decisions ----------------------------------------------------------------------------------
 
@@ -730,7 +727,7 @@ class Controller:
             redact=redact_text,
         )
         # A costless decline is not worth sending (202 rule); the draft still claims the ticket's slot.
-        self.reports.draft(ticket, scenario_id, body or {"ticket": ticket, "outcome": "not_steered"})
+        self.reports.draft_report(ticket, scenario_id, body or {"ticket": ticket, "outcome": "not_steered"})
 
     # -- tasks --------------------------------------------------------------------------------------
 

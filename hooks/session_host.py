@@ -15,8 +15,9 @@ from bir.core import config
 from bir.core.service import ServiceClient
 from bir.evaluator import EvaluatorPool
 from bir.hooks.controller import Controller, Switches
+from bir.hooks.outbox import Outbox
+from bir.hooks.recorder import Recorder
 from bir.hooks.server import ControlServer
-from bir.hooks.service_sink import ServiceSink
 
 OFF_FILE_NAME = "off"
 
@@ -45,14 +46,15 @@ async def live_controller(
         if service is None:
             service = await stack.enter_async_context(ServiceClient())
         pool = await stack.enter_async_context(EvaluatorPool())
-        sink = ServiceSink(service)
+        outbox = await stack.enter_async_context(Outbox.for_project(project, service).running())
+        recorder = Recorder(outbox, service.configured)
         controller = Controller(
             queue=server.queue,
             wrapped=server.wrapped,
             pool=pool,
             service=service,
-            recorder=sink,
-            reports=sink,
+            recorder=recorder,
+            reports=outbox,
             switches=switches or read_switches(server),
             delivery_live=server.delivery_tool_live,
         )
@@ -66,4 +68,4 @@ async def live_controller(
             server.scenario_runner = None
             server.on_step = None
             await controller.close()
-            await sink.flush(5.0)
+            await outbox.flush(2.0)

@@ -259,3 +259,31 @@ async def test_two_sessions_run_scenario_binds_only_the_session_whose_call_it_is
     ambiguous = (await rig.http.post("/scenario/run", json={})).json()
     assert ambiguous == {"ok": False, "why": "no_plan"}
     assert rig.events("replay.run_ambiguous")
+
+
+async def test_a_miss_records_each_settled_call_and_finishes_the_run_once(rig: Rig) -> None:
+    await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt="something new"))
+    bash = {"command": "echo hi", "description": "d"}
+    await rig.hook("/tool/pre", hook_input("PreToolUse", tool_name="Bash", tool_input=bash, tool_use_id="t1"))
+    await rig.hook(
+        "/tool/post",
+        hook_input("PostToolUse", tool_name="Bash", tool_input=bash, tool_use_id="t1", tool_response={"stdout": "hi"}),
+    )
+    housekeeping = {"command": "bir scenario show scn_1"}
+    await rig.hook("/tool/pre", hook_input("PreToolUse", tool_name="Bash", tool_input=housekeeping, tool_use_id="t2"))
+    await rig.hook(
+        "/tool/post",
+        hook_input("PostToolUse", tool_name="Bash", tool_input=housekeeping, tool_use_id="t2", tool_response={}),
+    )
+    await rig.hook("/session/stop", hook_input("Stop", last_assistant_message="said hi"))
+    await rig.hook("/session/end", hook_input("SessionEnd", reason="other"))
+    [run_id] = [r.body["id"] for r in rig.fake.requests_to("match")]
+    with anyio.fail_after(10):
+        while not rig.fake.requests_to("finish"):  # noqa: ASYNC110 - the outbox sends in the background
+            await anyio.sleep(0.02)
+    steps = rig.fake.steps_of(run_id)
+    assert [(s["stepIndex"], s["toolName"]) for s in steps] == [(0, "Bash")]
+    assert json.loads(steps[0]["toolOutput"]) == {"stdout": "hi"}
+    [finish] = [r.body for r in rig.fake.requests_to("finish")]
+    assert finish["output"] == "said hi"
+    assert rig.fake.requests_to("executions") == []

@@ -353,7 +353,8 @@ def test_bir_hooks_publishes_discovery_serves_and_cleans_up_on_sigterm(tmp_path:
             events.append(json.loads(line)["event"])
             if events[-1] == "control.published":
                 break
-        assert events == ["control.started", "control.published"]
+        assert events[0] == "control.started"
+        assert events[-1] == "control.published"
         discovery = read_discovery(project)
         assert discovery is not None
         assert stat.S_IMODE(discovery_path(project).stat().st_mode) == 0o600
