@@ -255,8 +255,10 @@ def plan_servers(
         if not isinstance(entry, dict):
             plan.skipped[name] = "not a server entry"
         elif _is_bir_server(entry, _PROXY_SCRIPT):
-            plan.local[name] = entry if name in local_servers else wrap_entry(name, entry, exes)
-            plan.skipped[name] = "already behind bir-proxy"
+            # Already behind bir-proxy (bir's own earlier install, or the user's): not wrapped twice.
+            if name in local_servers:
+                plan.local[name] = entry
+            plan.wrapped.append(name)
         elif not is_stdio(entry):
             plan.skipped[name] = f"{entry.get('type') or 'remote'} server: not wrapped"
         else:
@@ -644,7 +646,7 @@ def describe(change: Change) -> str:
             lines.append("  Nothing needed changing: it was already installed this way.")
         lines.append(f"  Hooks for {', '.join(change.hooks)} run {_HOOK_SCRIPT} (in .claude/settings.local.json).")
         if change.servers_wrapped:
-            lines.append(f"  MCP servers now behind bir-proxy (local scope): {', '.join(change.servers_wrapped)}.")
+            lines.append(f"  MCP servers behind bir-proxy (local scope): {', '.join(change.servers_wrapped)}.")
         for name, why in change.servers_left.items():
             lines.append(f"  Left alone: {name} ({why}).")
         lines.append(

@@ -3,16 +3,23 @@ from __future__ import annotations
 import json
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bir.core import installed
+from bir.core import config, installed
 from bir.core.log import set_stream
 
 
 @pytest.fixture
-def logs() -> list[str]:
+def home() -> Path:
+    """BIR_HOME, which tests/conftest.py points at a temp folder."""
+    return config.home()
+
+
+@pytest.fixture
+def logs() -> Iterator[list[str]]:
     lines: list[str] = []
 
     class Sink:
@@ -34,7 +41,7 @@ def test_an_absent_store_has_no_project_installed(tmp_path: Path) -> None:
     assert not installed.is_installed(tmp_path)
 
 
-def test_update_adds_a_project_by_its_resolved_path_in_a_0600_file(tmp_path: Path, _bir_home: Path) -> None:
+def test_update_adds_a_project_by_its_resolved_path_in_a_0600_file(tmp_path: Path, home: Path) -> None:
     project = tmp_path / "proj"
     project.mkdir()
     (tmp_path / "link").symlink_to(project)
@@ -44,7 +51,7 @@ def test_update_adds_a_project_by_its_resolved_path_in_a_0600_file(tmp_path: Pat
     assert switches.replay is True
     assert switches.down is False
     assert installed.is_installed(project)
-    path = _bir_home / "installed.json"
+    path = home / "installed.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     raw = json.loads(path.read_text())
     assert raw["version"] == 1
@@ -80,26 +87,26 @@ def test_remove_takes_only_that_project_out(tmp_path: Path) -> None:
 
 
 def test_a_corrupt_store_reads_as_none_installed_and_is_moved_aside_before_a_write(
-    tmp_path: Path, _bir_home: Path, logs: list[str]
+    tmp_path: Path, home: Path, logs: list[str]
 ) -> None:
-    path = _bir_home / "installed.json"
+    path = home / "installed.json"
     path.write_text('{"version": 1, "projects": {"/x": {"replay": "yes"}}}')
 
     assert installed.load().projects == {}
     assert any('"installed.corrupt"' in line for line in logs)
 
     installed.update(tmp_path, replay=False)
-    aside = list(_bir_home.glob("installed.json.corrupt-*"))
+    aside = list(home.glob("installed.json.corrupt-*"))
     assert len(aside) == 1
     assert aside[0].read_text() == '{"version": 1, "projects": {"/x": {"replay": "yes"}}}'
     assert installed.is_installed(tmp_path)
 
 
-def test_a_store_that_is_not_json_is_kept_aside_too(tmp_path: Path, _bir_home: Path, logs: list[str]) -> None:
-    (_bir_home / "installed.json").write_bytes(b"\x00not json")
+def test_a_store_that_is_not_json_is_kept_aside_too(tmp_path: Path, home: Path, logs: list[str]) -> None:
+    (home / "installed.json").write_bytes(b"\x00not json")
     assert not installed.is_installed(tmp_path)
     installed.update(tmp_path)
-    assert [p.read_bytes() for p in _bir_home.glob("installed.json.corrupt-*")] == [b"\x00not json"]
+    assert [p.read_bytes() for p in home.glob("installed.json.corrupt-*")] == [b"\x00not json"]
 
 
 def test_concurrent_updates_lose_nothing(tmp_path: Path) -> None:

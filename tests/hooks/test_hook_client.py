@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from bir.core import installed
+from bir.core import config, installed
 from bir.core.paths import discovery_file, project_key, revive_stamp, server_lock
 from bir.hooks.discovery import Discovery, write_discovery
 from bir.hooks.hook_client import ROUTES
@@ -61,6 +61,16 @@ class StandIn:
 
 
 class _Server(uvicorn.Server):
+    """uvicorn leaving the test process's signals alone, with an event for "listening"."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.ready.set()
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
@@ -74,8 +84,7 @@ async def stand_in() -> AsyncIterator[StandIn]:
     server = _Server(uvicorn.Config(app, log_config=None, lifespan="off", timeout_graceful_shutdown=1))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     with anyio.fail_after(10):
-        while not server.started:
-            await anyio.sleep(0.01)
+        await server.ready.wait()
     state.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
         yield state
@@ -108,6 +117,12 @@ async def _hook(
 def _hook_log(home: Path) -> list[dict[str, Any]]:
     path = home / "logs" / "hook.log"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def home() -> Path:
+    """BIR_HOME, which tests/conftest.py points at a temp folder."""
+    return config.home()
 
 
 @pytest.fixture
@@ -151,12 +166,12 @@ async def test_a_hook_with_no_server_prints_an_empty_object(project: Path) -> No
     assert await _hook("PreToolUse", BODY, project) == ("{}\n", "", 0)
 
 
-async def test_a_refused_connection_prints_an_empty_object_and_logs(project: Path, _bir_home: Path) -> None:
+async def test_a_refused_connection_prints_an_empty_object_and_logs(project: Path, home: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as sock:
         port = sock.getsockname()[1]
     _publish(project, f"http://127.0.0.1:{port}")
     assert await _hook("PostToolUse", "{}", project) == ("{}\n", "", 0)
-    [line] = _hook_log(_bir_home)
+    [line] = _hook_log(home)
     assert line["event"] == "hook.failed"
     assert "/tool/post" in line["error"]
 
@@ -170,12 +185,12 @@ async def test_a_server_past_the_deadline_gets_an_empty_object(stand_in: StandIn
 
 @pytest.mark.parametrize("mode", ["text", "list", "500"])
 async def test_an_answer_that_is_not_a_json_object_with_200_prints_an_empty_object(
-    stand_in: StandIn, project: Path, mode: str, _bir_home: Path
+    stand_in: StandIn, project: Path, mode: str, home: Path
 ) -> None:
     stand_in.mode = mode
     _publish(project, stand_in.url)
     assert await _hook("PreToolUse", BODY, project) == ("{}\n", "", 0)
-    assert len(_hook_log(_bir_home)) == 1
+    assert len(_hook_log(home)) == 1
 
 
 @pytest.mark.parametrize("body", [b"", b"not json", b"[1]", b"\xff\xfe", b"{" * 100_000])
@@ -187,12 +202,12 @@ async def test_bad_stdin_prints_an_empty_object_and_posts_nothing(
     assert stand_in.seen == []
 
 
-async def test_stdin_past_16_mib_is_bad_input(stand_in: StandIn, project: Path, _bir_home: Path) -> None:
+async def test_stdin_past_16_mib_is_bad_input(stand_in: StandIn, project: Path, home: Path) -> None:
     _publish(project, stand_in.url)
     body = b'{"x": "' + b"a" * (16 * 1024 * 1024) + b'"}'
     assert await _hook("PreToolUse", body, project) == ("{}\n", "", 0)
     assert stand_in.seen == []
-    assert "larger" in _hook_log(_bir_home)[0]["error"]
+    assert "larger" in _hook_log(home)[0]["error"]
 
 
 @pytest.mark.parametrize("argv", [["Notification"], [], ["PreToolUse", "extra"]])
@@ -209,16 +224,13 @@ async def test_bir_off_answers_at_once_without_contacting_the_server(stand_in: S
 
 
 async def test_a_discovery_file_of_a_dead_pid_is_no_server(stand_in: StandIn, project: Path) -> None:
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    _publish(project, stand_in.url, pid=dead.pid)
+    dead = await anyio.run_process([sys.executable, "-c", "import os; print(os.getpid())"])
+    _publish(project, stand_in.url, pid=int(dead.stdout))
     assert await _hook("PreToolUse", BODY, project) == ("{}\n", "", 0)
     assert stand_in.seen == []
 
 
-async def test_a_real_control_server_refusing_a_wrong_token_gives_an_empty_object(
-    project: Path, _bir_home: Path
-) -> None:
+async def test_a_real_control_server_refusing_a_wrong_token_gives_an_empty_object(project: Path, home: Path) -> None:
     control = ControlServer(token="right", replay_enabled=False)
     await control.start()
     try:
@@ -227,7 +239,7 @@ async def test_a_real_control_server_refusing_a_wrong_token_gives_an_empty_objec
         assert await _hook("PreToolUse", BODY, project) == ("{}\n", "", 0)
     finally:
         await control.stop()
-    assert "401" in _hook_log(_bir_home)[0]["error"]
+    assert "401" in _hook_log(home)[0]["error"]
 
 
 async def test_the_hook_imports_only_the_standard_library(stand_in: StandIn, project: Path) -> None:
@@ -246,8 +258,8 @@ async def test_the_hook_imports_only_the_standard_library(stand_in: StandIn, pro
     assert done.stderr.decode() == "[]"
 
 
-def test_the_hook_log_rotates_past_a_megabyte_keeping_one_old_file(project: Path, _bir_home: Path) -> None:
-    logs = _bir_home / "logs"
+def test_the_hook_log_rotates_past_a_megabyte_keeping_one_old_file(project: Path, home: Path) -> None:
+    logs = home / "logs"
     logs.mkdir()
     (logs / "hook.log").write_bytes(b"{}\n" * (1024 * 1024 // 3))
     (logs / "hook.log.1").write_bytes(b"older\n")
@@ -255,7 +267,7 @@ def test_the_hook_log_rotates_past_a_megabyte_keeping_one_old_file(project: Path
     subprocess.run([HOOK, "PreToolUse"], input=b"bad", check=True, capture_output=True, env=env)
     assert sorted(p.name for p in logs.iterdir()) == ["hook.log", "hook.log.1"]
     assert (logs / "hook.log.1").stat().st_size > 1000 * 1000
-    assert len(_hook_log(_bir_home)) == 1
+    assert len(_hook_log(home)) == 1
 
 
 # -- revive ----------------------------------------------------------------------------------------
@@ -287,14 +299,14 @@ def _zombie(pid: int) -> bool:
 
 
 @pytest.fixture
-def revived(project: Path, _bir_home: Path) -> Iterator[Path]:
+def revived(project: Path, home: Path) -> Iterator[Path]:
     yield project
-    path = discovery_file(_bir_home, project)
+    path = discovery_file(home, project)
     if path.exists():
-        _stop_server(_read_pid(project, _bir_home))
+        _stop_server(_read_pid(project, home))
 
 
-def test_a_hook_of_an_installed_project_revives_its_server_detached(revived: Path, _bir_home: Path) -> None:
+def test_a_hook_of_an_installed_project_revives_its_server_detached(revived: Path, home: Path) -> None:
     installed.update(revived, replay=False)
     done = subprocess.run(
         [HOOK, "UserPromptSubmit"],
@@ -305,16 +317,16 @@ def test_a_hook_of_an_installed_project_revives_its_server_detached(revived: Pat
     )
     assert (done.stdout, done.stderr, done.returncode)[1:] == (b"", 0)
     assert json.loads(done.stdout) is not None
-    _wait_for(lambda: discovery_file(_bir_home, revived).exists())
-    pid = _read_pid(revived, _bir_home)
+    _wait_for(lambda: discovery_file(home, revived).exists())
+    pid = _read_pid(revived, home)
     assert pid != os.getpid()
     assert os.getsid(pid) == pid  # a session of its own: Claude Code's process group is not its
-    assert (_bir_home / "logs" / f"{project_key(revived)}.log").exists()
-    assert revive_stamp(_bir_home, revived).exists()
+    assert (home / "logs" / f"{project_key(revived)}.log").exists()
+    assert revive_stamp(home, revived).exists()
 
 
 @pytest.mark.parametrize("state", ["not installed", "down"])
-def test_a_hook_never_revives_a_project_not_installed_or_down(revived: Path, _bir_home: Path, state: str) -> None:
+def test_a_hook_never_revives_a_project_not_installed_or_down(revived: Path, home: Path, state: str) -> None:
     if state == "down":
         installed.update(revived, down=True)
     done = subprocess.run(
@@ -325,13 +337,13 @@ def test_a_hook_never_revives_a_project_not_installed_or_down(revived: Path, _bi
         env={**os.environ, "CLAUDE_PROJECT_DIR": str(revived)},
     )
     assert (done.stdout, done.stderr, done.returncode) == (b"{}\n", b"", 0)
-    assert not revive_stamp(_bir_home, revived).exists()
-    assert not server_lock(_bir_home, revived).exists()
+    assert not revive_stamp(home, revived).exists()
+    assert not server_lock(home, revived).exists()
 
 
-def test_a_revive_is_started_at_most_once_per_ten_seconds(revived: Path, _bir_home: Path) -> None:
+def test_a_revive_is_started_at_most_once_per_ten_seconds(revived: Path, home: Path) -> None:
     installed.update(revived)
-    stamp = revive_stamp(_bir_home, revived)
+    stamp = revive_stamp(home, revived)
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.touch()
     done = subprocess.run(
@@ -342,22 +354,22 @@ def test_a_revive_is_started_at_most_once_per_ten_seconds(revived: Path, _bir_ho
         env={**os.environ, "CLAUDE_PROJECT_DIR": str(revived)},
     )
     assert done.stdout == b"{}\n"
-    assert not server_lock(_bir_home, revived).exists()
+    assert not server_lock(home, revived).exists()
 
 
-def test_two_racing_revives_end_with_one_server(revived: Path, _bir_home: Path) -> None:
+def test_two_racing_revives_end_with_one_server(revived: Path, home: Path) -> None:
     installed.update(revived)
     command = [str(BIN / "bir-hooks"), "revive", "--project", str(revived)]
     first = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     second = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: discovery_file(_bir_home, revived).exists())
+        _wait_for(lambda: discovery_file(home, revived).exists())
         _wait_for(lambda: first.poll() is not None or second.poll() is not None)
         loser = first if first.poll() is not None else second
         winner = second if loser is first else first
         assert loser.returncode == 0
         assert winner.poll() is None
-        assert _read_pid(revived, _bir_home) == winner.pid
+        assert _read_pid(revived, home) == winner.pid
     finally:
         for proc in (first, second):
             if proc.poll() is None:
@@ -365,9 +377,9 @@ def test_two_racing_revives_end_with_one_server(revived: Path, _bir_home: Path) 
             proc.wait(timeout=20)
 
 
-def test_revive_exits_at_once_for_a_project_not_installed(project: Path, _bir_home: Path) -> None:
+def test_revive_exits_at_once_for_a_project_not_installed(project: Path, home: Path) -> None:
     done = subprocess.run(
         [str(BIN / "bir-hooks"), "revive", "--project", str(project)], capture_output=True, timeout=60, check=False
     )
     assert done.returncode == 0
-    assert not discovery_file(_bir_home, project).exists()
+    assert not discovery_file(home, project).exists()
