@@ -36,7 +36,7 @@ from bir import __version__
 from bir.benchmarks.proxy_bench_report import TOOLS, VARIANTS, build_report, render_table
 from bir.core.log import log_event
 from bir.hooks.discovery import write_discovery
-from bir.hooks.routes import StepReport
+from bir.hooks.routes import ReceivedStep
 from bir.hooks.server import ControlServer
 from bir.proxy.rewrite import CALL_ID_KEY
 
@@ -84,8 +84,9 @@ class _StepReports:
         self.count = 0
         self._changed = anyio.Event()
 
-    async def note(self, report: StepReport) -> None:
-        if report.call_id is not None and report.call_id.startswith("bench-"):
+    async def note(self, received: ReceivedStep) -> None:
+        call_id = received.report.call_id
+        if call_id is not None and call_id.startswith("bench-"):
             self.count += 1
             self._changed.set()
             self._changed = anyio.Event()

@@ -337,6 +337,36 @@ class ServiceClient:
             raise ServiceError("bad_answer", f"{route}: the answer is not a JSON object", route=route, status=status)
         return data
 
+    async def post_step(self, run_id: str, body: Mapping[str, Any], *, timeout_s: float | None = None) -> bool:
+        """Record one step of a run (service-contract.md); False for an unknown run (404).
+
+        Raises:
+            ServiceError: not configured, no answer, or any other status.
+        """
+        route = "run_step"
+        path = f"/recordings/runs/{_segment(run_id)}/steps"
+        status, raw = await self._call("POST", path, route=route, json_body=dict(body), timeout_s=timeout_s)
+        if status == 404:
+            return False
+        if status // 100 != 2:
+            raise self._failed(route, status, raw)
+        return True
+
+    async def finish_run(self, run_id: str, body: Mapping[str, Any], *, timeout_s: float | None = None) -> bool:
+        """Finish a recorded run; False for an unknown run (404). A duplicate finish is an answer.
+
+        Raises:
+            ServiceError: not configured, no answer, or any other status.
+        """
+        route = "run_finish"
+        path = f"/recordings/runs/{_segment(run_id)}/finish"
+        status, raw = await self._call("POST", path, route=route, json_body=dict(body), timeout_s=timeout_s)
+        if status == 404:
+            return False
+        if status // 100 != 2:
+            raise self._failed(route, status, raw)
+        return True
+
     async def get_scenario(self, scenario_id: str, *, timeout_s: float | None = None) -> Scenario:
         """The serialized scenario (spec §16.5).
 

@@ -8,7 +8,6 @@ route; a control server started in-process is reached the same way.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Set as AbstractSet
 from typing import Any, Final
@@ -19,6 +18,7 @@ from bir.core.plan import StepNoAnswer, StepNotSent, StepRan, StepResult
 from bir.core.redact import redact
 from bir.core.truncate import serialize_capped
 from bir.core.types import ScenarioStep, parse_qualified_name
+from bir.hooks import api
 
 # The control server gives up on a step at its timeout; the HTTP request waits a little longer so
 # that the server's answer, not ours, says what happened.
@@ -52,7 +52,7 @@ class DirectExecutor:
     ) -> None:
         self._client = client
         self._url = url.rstrip("/")
-        self._headers = {"authorization": f"Bearer {token}"}
+        self._headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
         self._step_timeout_s = step_timeout_s
         self._allow = allow
         self._deadline = deadline
@@ -69,10 +69,15 @@ class DirectExecutor:
             timeout_s = min(timeout_s, self._deadline - time.monotonic())
         if timeout_s <= 0:
             return StepNotSent("the plan's time budget ran out before it")
-        body = {"serverName": server, "toolName": tool, "arguments": tool_input, "timeoutMs": int(timeout_s * 1000)}
+        body = api.ReplayCallRequest(
+            server_name=server, tool_name=tool, arguments=tool_input, timeout_ms=max(1, int(timeout_s * 1000))
+        )
         try:
             response = await self._client.post(
-                f"{self._url}/replay/call", json=body, headers=self._headers, timeout=timeout_s + HTTP_SLACK_S
+                f"{self._url}/replay/call",
+                content=api.encode(body),
+                headers=self._headers,
+                timeout=timeout_s + HTTP_SLACK_S,
             )
         except httpx.ConnectError as exc:
             return StepNotSent(f"the control server did not answer: {exc}")
@@ -81,12 +86,10 @@ class DirectExecutor:
         if response.status_code != 200:
             return StepNotSent(f"the control server refused the call ({response.status_code})")
         try:
-            answer = response.json()
-        except json.JSONDecodeError:
-            return StepNoAnswer("the control server's answer was not JSON")
-        if not isinstance(answer, dict):
-            return StepNoAnswer("the control server's answer was not an object")
-        if answer.get("ok") is True:
-            return StepRan(output_text(answer.get("result")))
-        why = str(answer.get("why") or "no reason given")
-        return StepNoAnswer(why) if answer.get("sent") else StepNotSent(why)
+            answer = api.decode(api.ReplayCallAnswer, response.content)
+        except api.BodyError:
+            return StepNoAnswer("the control server's answer was not readable")
+        if answer.ok:
+            return StepRan(output_text(answer.result))
+        why = answer.why or "no reason given"
+        return StepNoAnswer(why) if answer.sent else StepNotSent(why)

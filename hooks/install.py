@@ -35,16 +35,13 @@ from typing import Any, Final
 
 from bir.core import config, installed
 from bir.core.paths import backups_dir, resolve_project
+from bir.hooks import api
 
-# Event → (hook timeout in seconds written for it, whether it takes a tool matcher). Spec §10.
+# Event → (hook timeout in seconds written for it, whether it takes a tool matcher): spec §10, from the
+# control plane's one table of hook routes.
+_TOOL_EVENTS: Final = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
 HOOK_EVENTS: Final[Mapping[str, tuple[int, bool]]] = {
-    "SessionStart": (10, False),
-    "UserPromptSubmit": (10, False),
-    "PreToolUse": (15, True),
-    "PostToolUse": (5, True),
-    "PostToolUseFailure": (5, True),
-    "Stop": (5, False),
-    "SessionEnd": (5, False),
+    event: (timeout_s, event in _TOOL_EVENTS) for event, (_, timeout_s, _) in api.HOOK_ROUTES.items()
 }
 BIR_SERVER: Final = "bir"
 MAX_JSON_BYTES: Final = 64 * 1024 * 1024

@@ -12,14 +12,12 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -29,124 +27,57 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bir.core import config
 from bir.core.log import log_event
+from bir.hooks import api
 from bir.hooks.work_queue import NotSentError, StepTimeoutError, WorkQueueError
 
 if TYPE_CHECKING:
     from bir.hooks.server import ControlServer
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
-# §16.1: a poll is held at most 25 s, then answered empty.
-POLL_HOLD_MS = 25_000
-_MAX_NAME = 256
-_MAX_ERROR_CHARS = 8_000
+POLL_HOLD_MS = api.POLL_HOLD_MS
+_MAX_ERROR_CHARS = api.MAX_ERROR_CHARS
 
 _LOOPBACK = ("127.", "::1", "::ffff:127.")
-
-
-# -- bodies -----------------------------------------------------------------------------------
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
-
-
-class RegisterBody(_Body):
-    server_name: str = Field(min_length=1, max_length=_MAX_NAME)
-    proxy_id: str = Field(min_length=1, max_length=_MAX_NAME)
-    pid: int | None = Field(default=None, ge=0)
-    session_id: str | None = Field(default=None, max_length=_MAX_NAME)
-    started_at: float | None = None
-
-
-class PollBody(_Body):
-    server_name: str = Field(min_length=1, max_length=_MAX_NAME)
-    proxy_id: str | None = Field(default=None, min_length=1, max_length=_MAX_NAME)
-    started_at: float | None = None
-    pid: int | None = Field(default=None, ge=0)
-    hold_ms: int | None = Field(default=None, ge=0)
-
-
-class ResultBody(_Body):
-    work_id: str = Field(min_length=1, max_length=_MAX_NAME)
-    result: Any = None
-    error: str | None = None
-
-
-class StepBody(_Body):
-    server_name: str = Field(min_length=1, max_length=_MAX_NAME)
-    tool_name: str = Field(min_length=1, max_length=_MAX_NAME)
-    arguments: Any = None
-    result: Any = None
-    error: str | None = None
-    call_id: str | None = Field(default=None, max_length=_MAX_NAME)
-    duration_ms: float = Field(default=0.0, ge=0)
-    proxy_id: str | None = Field(default=None, max_length=_MAX_NAME)
-    session_id: str | None = Field(default=None, max_length=_MAX_NAME)
-
-
-class HelloBody(_Body):
-    pid: int = Field(ge=0)
-    version: str = Field(max_length=_MAX_NAME)
-    tools: int = Field(ge=0)
-    off: bool
-
-
-class CallBody(_Body):
-    """``bir replay``'s request to run one direct step through the work queue."""
-
-    server_name: str = Field(min_length=1, max_length=_MAX_NAME)
-    tool_name: str = Field(min_length=1, max_length=_MAX_NAME)
-    arguments: Any = None
-    timeout_ms: int = Field(ge=1, le=600_000)
-
-
-class RunBody(_Body):
-    tool_use_id: str | None = Field(default=None, max_length=_MAX_NAME)
-    session_id: str | None = Field(default=None, max_length=_MAX_NAME)
 
 
 # -- what the routes hand to the rest of bir -------------------------------------------------
 
 
 @dataclass(frozen=True)
-class StepReport:
-    """A proxy's report of one relayed ``tools/call``. ``result`` None: sent, outcome unknown."""
+class ReceivedStep:
+    """A proxy's step report as the server received it: when, and how large its body was."""
 
-    server_name: str
-    tool_name: str
-    arguments: object
-    result: object
-    error: str | None
-    call_id: str | None
-    duration_ms: float
-    proxy_id: str | None
-    session_id: str | None
+    report: api.StepReport
     received_at: float
     size: int
 
 
 @dataclass(frozen=True)
-class Hello:
+class SeenHello:
     """The last ``/scenario/hello`` of one ``bir-scenario`` process; ``at`` is monotonic seconds."""
 
-    pid: int
-    version: str
-    tools: int
-    off: bool
+    hello: api.Hello
     at: float
 
 
-@dataclass(frozen=True)
-class ScenarioRunRequest:
-    tool_use_id: str | None
-    session_id: str | None
+# Installed by the controller: runs the armed plan and returns §16.1's answer.
+ScenarioRunner = Callable[[api.ScenarioRunRequest], Awaitable[api.ScenarioRunAnswer]]
+StepHook = Callable[[ReceivedStep], Awaitable[None]]
 
 
-# Installed by later code: runs the armed plan and returns §16.1's answer (`{ok: true, text, ...}`).
-ScenarioRunner = Callable[[ScenarioRunRequest], Awaitable[Mapping[str, object]]]
-StepHook = Callable[[StepReport], Awaitable[None]]
+class HookHandler(Protocol):
+    """The controller, as the hook routes see it."""
 
-_M = TypeVar("_M", bound=_Body)
+    async def handle(self, event: str, hook: api.HookInput) -> api.HookAnswer:
+        """Answer one hook event (the hook input as Claude Code sent it)."""
+        ...
+
+    def overdue(self, event: str, hook: api.HookInput) -> api.HookAnswer:
+        """What to answer when ``handle`` passed the route's deadline (it goes on in the background)."""
+        ...
+
+
+_M = TypeVar("_M")
 
 
 class _HttpError(Exception):
@@ -157,8 +88,8 @@ class _HttpError(Exception):
 
 
 def json_response(data: object, status: int = 200) -> Response:
-    """A JSON response encoded with msgspec (faster than json, and exact about what it can encode)."""
-    return Response(msgspec.json.encode(data), status_code=status, media_type="application/json")
+    """A JSON response of a contract value (or a plain one), encoded with msgspec."""
+    return Response(api.encode(data), status_code=status, media_type="application/json")
 
 
 def _error(status: int, message: str) -> Response:
@@ -179,23 +110,17 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _describe(exc: ValidationError) -> str:
-    first = exc.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "body"
-    return f"{where}: {first.get('msg', 'invalid')}"[:300]
-
-
-async def parse_body(request: Request, model: type[_M]) -> tuple[_M, int]:
-    """The request's body validated as ``model``, and its size in bytes.
+async def parse_body(request: Request, kind: type[_M]) -> tuple[_M, int]:
+    """The request's body decoded as ``kind`` (a contract type of ``bir.hooks.api``), and its size in bytes.
 
     Raises:
-        _HttpError: 413 past the cap, 400 for a body that is not JSON or not the model's shape.
+        _HttpError: 413 past the cap, 400 for a body that is not JSON or not the type's shape (naming the field).
     """
     raw = await _read_body(request)
     try:
-        return model.model_validate_json(raw or b"null"), len(raw)
-    except ValidationError as exc:
-        raise _HttpError(400, _describe(exc)) from None
+        return api.decode(kind, raw or b"null"), len(raw)
+    except api.BodyError as exc:
+        raise _HttpError(400, str(exc)) from None
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -254,17 +179,18 @@ def build_app(server: ControlServer) -> Starlette:
     async def health(request: Request) -> Response:
         served = sorted(name for name in server.wrapped if server.queue.is_served(name))
         return json_response(
-            {
-                "ok": True,
-                "pid": os.getpid(),
-                "version": server.version,
-                "uptimeMs": server.uptime_ms(),
-                "served": served,
-            }
+            api.Health(
+                ok=True,
+                pid=os.getpid(),
+                version=server.version,
+                uptime_ms=server.uptime_ms(),
+                served=served,
+                replay=server.replay_enabled,
+            )
         )
 
     async def proxy_register(request: Request) -> Response:
-        body, _ = await parse_body(request, RegisterBody)
+        body, _ = await parse_body(request, api.RegisterRequest)
         server.wrapped.add(body.server_name)
         server.queue.register(body.server_name, body.proxy_id, session_id=body.session_id, pid=body.pid)
         log_event(
@@ -274,16 +200,16 @@ def build_app(server: ControlServer) -> Starlette:
             pid=body.pid,
             session_id=body.session_id,
         )
-        return json_response({"replay": server.replay_enabled, "pollHoldMs": POLL_HOLD_MS})
+        return json_response(api.RegisterAnswer(replay=server.replay_enabled, poll_hold_ms=POLL_HOLD_MS))
 
     async def proxy_poll(request: Request) -> Response:
-        body, _ = await parse_body(request, PollBody)
+        body, _ = await parse_body(request, api.PollRequest)
         # A proxy that outlived a restart of this server polls before it registers again.
         proxy_id = body.proxy_id or f"{body.server_name}#{body.pid or 0}"
         server.wrapped.add(body.server_name)
         server.queue.register(body.server_name, proxy_id, pid=body.pid)
         if not server.replay_enabled:
-            return json_response({"replay": False})
+            return json_response(api.PollAnswer(replay=False))
         hold_ms = POLL_HOLD_MS if body.hold_ms is None else min(body.hold_ms, POLL_HOLD_MS)
         work = None
         async with anyio.create_task_group() as group:
@@ -297,54 +223,32 @@ def build_app(server: ControlServer) -> Starlette:
             group.start_soon(hang_up)
             work = await server.queue.wait_for_work(body.server_name, proxy_id, hold_ms / 1000)
             group.cancel_scope.cancel()
-        if work is None:
-            return json_response({})
-        return json_response(
-            {
-                "work": {
-                    "workId": work.work_id,
-                    "toolName": work.tool_name,
-                    "arguments": work.arguments,
-                    "timeoutMs": work.timeout_ms,
-                }
-            }
-        )
+        return json_response(api.PollAnswer(work=work))
 
     async def proxy_result(request: Request) -> Response:
-        body, _ = await parse_body(request, ResultBody)
+        body, _ = await parse_body(request, api.ResultRequest)
         error = None if body.error is None else body.error[:_MAX_ERROR_CHARS]
-        return json_response({"ok": server.queue.complete(body.work_id, body.result, error)})
+        return json_response(api.Ok(ok=server.queue.complete(body.work_id, body.result, error)))
 
     async def proxy_step(request: Request) -> Response:
-        body, size = await parse_body(request, StepBody)
-        report = StepReport(
-            server_name=body.server_name,
-            tool_name=body.tool_name,
-            arguments=body.arguments,
-            result=body.result,
-            error=None if body.error is None else body.error[:_MAX_ERROR_CHARS],
-            call_id=body.call_id,
-            duration_ms=body.duration_ms,
-            proxy_id=body.proxy_id,
-            session_id=body.session_id,
-            received_at=time.time(),
-            size=size,
-        )
-        await server.add_step_report(report)
-        return json_response({"ok": True})
+        body, size = await parse_body(request, api.StepReport)
+        if body.error is not None and len(body.error) > _MAX_ERROR_CHARS:
+            body = msgspec.structs.replace(body, error=body.error[:_MAX_ERROR_CHARS])
+        await server.add_step_report(ReceivedStep(body, time.time(), size))
+        return json_response(api.Ok(ok=True))
 
     async def scenario_hello(request: Request) -> Response:
-        body, _ = await parse_body(request, HelloBody)
-        server.note_hello(Hello(body.pid, body.version, body.tools, body.off, time.monotonic()))
-        return json_response({"ok": True})
+        body, _ = await parse_body(request, api.Hello)
+        server.note_hello(SeenHello(body, time.monotonic()))
+        return json_response(api.Ok(ok=True))
 
     async def scenario_run(request: Request) -> Response:
-        body, _ = await parse_body(request, RunBody)
+        body, _ = await parse_body(request, api.ScenarioRunRequest)
         runner = server.scenario_runner
         if runner is None:
-            return json_response({"ok": False, "why": "no_plan"})
+            return json_response(api.ScenarioRunAnswer(ok=False, why=api.NO_PLAN))
         limit_s = config.require_int("BIR_SCENARIO_RUN_TIMEOUT_MS") / 1000
-        answer: Mapping[str, object] | None = None
+        answer: api.ScenarioRunAnswer | None = None
         try:
             with anyio.fail_after(limit_s):
                 async with anyio.create_task_group() as group:
@@ -358,28 +262,41 @@ def build_app(server: ControlServer) -> Starlette:
                         group.cancel_scope.cancel()
 
                     group.start_soon(hang_up)
-                    answer = await runner(ScenarioRunRequest(body.tool_use_id, body.session_id))
+                    answer = await runner(body)
                     group.cancel_scope.cancel()
             if answer is None:
-                return json_response({"ok": False, "why": "cancelled"})
-            return json_response(dict(answer))
+                return json_response(api.ScenarioRunAnswer(ok=False, why="cancelled"))
+            return json_response(answer)
         except Exception as exc:  # noqa: BLE001 - §16.1: a run that threw is an answer, not a crash
             log_event("scenario.run_failed", error=f"{type(exc).__name__}: {exc}", tool_use_id=body.tool_use_id)
-            return json_response({"ok": False, "why": "the scenario could not be run"})
+            return json_response(api.ScenarioRunAnswer(ok=False, why="the scenario could not be run"))
 
     async def replay_call(request: Request) -> Response:
         # One step of `bir replay`, run on the proxy that owns its server. `sent` tells the caller
         # whether the call may have run (§8: "may or may not have completed").
-        body, _ = await parse_body(request, CallBody)
+        body, _ = await parse_body(request, api.ReplayCallRequest)
         try:
             result = await server.queue.call(body.server_name, body.tool_name, body.arguments, body.timeout_ms / 1000)
         except NotSentError as exc:
-            return json_response({"ok": False, "sent": False, "why": str(exc)[:_MAX_ERROR_CHARS]})
+            return json_response(api.ReplayCallAnswer(ok=False, sent=False, why=str(exc)[:_MAX_ERROR_CHARS]))
         except StepTimeoutError as exc:
-            return json_response({"ok": False, "sent": exc.taken, "why": str(exc)[:_MAX_ERROR_CHARS]})
+            return json_response(api.ReplayCallAnswer(ok=False, sent=exc.taken, why=str(exc)[:_MAX_ERROR_CHARS]))
         except WorkQueueError as exc:
-            return json_response({"ok": False, "sent": True, "why": str(exc)[:_MAX_ERROR_CHARS]})
-        return json_response({"ok": True, "result": result})
+            return json_response(api.ReplayCallAnswer(ok=False, sent=True, why=str(exc)[:_MAX_ERROR_CHARS]))
+        return json_response(api.ReplayCallAnswer(ok=True, result=result))
+
+    def hook_route(event: str, deadline_ms: int) -> Handler:
+        async def answer_hook(request: Request) -> Response:
+            raw = await _read_body(request)
+            try:
+                hook = api.decode(api.HookInput, raw)
+            except api.BodyError as exc:
+                # A hook prints what we answer: a malformed body gets `{}`, never a 4xx it would print.
+                log_event("control.hook_malformed", hook_event=event, error=str(exc))
+                return json_response(api.EMPTY_HOOK_ANSWER)
+            return json_response(await server.answer_hook(event, hook, deadline_ms / 1000))
+
+        return answer_hook
 
     routes = [
         Route("/health", _guarded("health", health), methods=["GET"]),
@@ -391,6 +308,8 @@ def build_app(server: ControlServer) -> Starlette:
         Route("/scenario/hello", _guarded("scenario/hello", scenario_hello), methods=["POST"]),
         Route("/scenario/run", _guarded("scenario/run", scenario_run), methods=["POST"]),
     ]
+    for event, (path, _timeout_s, deadline_ms) in api.HOOK_ROUTES.items():
+        routes.append(Route(path, _guarded(path.lstrip("/"), hook_route(event, deadline_ms)), methods=["POST"]))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception})
     app.add_middleware(Guard, token=server.token)
     return app

@@ -29,8 +29,9 @@ from bir import __version__
 from bir.core import config, installed
 from bir.core.log import log_event, log_to_file, logs_dir
 from bir.core.paths import project_key, server_lock
+from bir.hooks import api
 from bir.hooks.discovery import Discovery, pid_alive, read_discovery, remove_discovery, write_discovery
-from bir.hooks.routes import Hello, ScenarioRunner, StepHook, StepReport, build_app
+from bir.hooks.routes import HookHandler, ReceivedStep, ScenarioRunner, SeenHello, StepHook, build_app
 from bir.hooks.work_queue import ProxyWorkQueue
 
 # Newest step reports kept for correlation, by count and by their bodies' total size.
@@ -87,9 +88,11 @@ class ControlServer:
         self.wrapped: set[str] = set()
         self.scenario_runner: ScenarioRunner | None = None
         self.on_step: StepHook | None = None
-        self.hellos: dict[int, Hello] = {}
+        self.hook_handler: HookHandler | None = None
+        self.hellos: dict[int, SeenHello] = {}
+        self._background: set[asyncio.Task[api.HookAnswer]] = set()
         self.url: str | None = None
-        self._steps: deque[StepReport] = deque()
+        self._steps: deque[ReceivedStep] = deque()
         self._steps_bytes = 0
         self._started = time.monotonic()
         self._server: _Uvicorn | None = None
@@ -101,10 +104,10 @@ class ControlServer:
 
     # -- state the routes feed -----------------------------------------------------------------
 
-    async def add_step_report(self, report: StepReport) -> None:
+    async def add_step_report(self, received: ReceivedStep) -> None:
         """Keep a proxy's step report in the bounded ring and pass it to ``on_step`` (errors logged)."""
-        self._steps.append(report)
-        self._steps_bytes += report.size
+        self._steps.append(received)
+        self._steps_bytes += received.size
         while len(self._steps) > MAX_STEP_REPORTS or (self._steps_bytes > MAX_STEP_REPORT_BYTES and self._steps):
             self._steps_bytes -= self._steps.popleft().size
         hook = self.on_step
@@ -112,17 +115,17 @@ class ControlServer:
             return
         try:
             with anyio.fail_after(_STEP_HOOK_TIMEOUT_S):
-                await hook(report)
+                await hook(received)
         except Exception as exc:  # noqa: BLE001 - a broken hook must not fail the proxy's report
-            log_event("control.step_hook_failed", error=f"{type(exc).__name__}: {exc}", tool=report.tool_name)
+            log_event("control.step_hook_failed", error=f"{type(exc).__name__}: {exc}", tool=received.report.tool_name)
 
-    def step_reports(self) -> list[StepReport]:
+    def step_reports(self) -> list[ReceivedStep]:
         """The newest step reports, oldest first."""
         return list(self._steps)
 
-    def note_hello(self, hello: Hello) -> None:
-        self.hellos.pop(hello.pid, None)
-        self.hellos[hello.pid] = hello
+    def note_hello(self, seen: SeenHello) -> None:
+        self.hellos.pop(seen.hello.pid, None)
+        self.hellos[seen.hello.pid] = seen
         while len(self.hellos) > MAX_HELLOS:
             del self.hellos[next(iter(self.hellos))]
 
@@ -130,9 +133,42 @@ class ControlServer:
         """Whether a live ``bir-scenario`` with a tool, not off, said hello within 30 minutes (§6.3)."""
         now = time.monotonic()
         return any(
-            now - hello.at < HELLO_FRESH_S and hello.tools > 0 and not hello.off and pid_alive(hello.pid)
-            for hello in self.hellos.values()
+            now - seen.at < HELLO_FRESH_S and seen.hello.tools > 0 and not seen.hello.off and pid_alive(seen.hello.pid)
+            for seen in self.hellos.values()
         )
+
+    async def answer_hook(self, event: str, hook: api.HookInput, deadline_s: float) -> api.HookAnswer:
+        """The controller's answer to one hook, or its overdue answer past ``deadline_s`` (§10).
+
+        The work goes on in the background past the deadline; a controller that raises answers ``{}``.
+        """
+        handler = self.hook_handler
+        if handler is None:
+            return api.EMPTY_HOOK_ANSWER
+        task: asyncio.Task[api.HookAnswer] = asyncio.create_task(handler.handle(event, hook))
+        self._background.add(task)
+        task.add_done_callback(self._hook_done)
+        done, _ = await asyncio.wait({task}, timeout=deadline_s)
+        if not done:
+            log_event(
+                "control.hook_deadline", hook_event=event, session_id=hook.session_id, deadline_ms=deadline_s * 1000
+            )
+            try:
+                return handler.overdue(event, hook)
+            except Exception as exc:  # noqa: BLE001 - the host session must never fail because of bir
+                log_event("control.hook_failed", hook_event=event, error=f"{type(exc).__name__}: {exc}")
+                return api.EMPTY_HOOK_ANSWER
+        if task.cancelled() or task.exception() is not None:
+            return api.EMPTY_HOOK_ANSWER
+        return task.result()
+
+    def _hook_done(self, task: asyncio.Task[api.HookAnswer]) -> None:
+        self._background.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log_event("control.hook_failed", error=f"{type(exc).__name__}: {exc}"[:500])
 
     # -- the listener --------------------------------------------------------------------------
 
@@ -281,11 +317,14 @@ async def _serve_locked(project: Path, port: int) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    from bir.hooks.session_host import live_controller
+
     try:
         await server.start(port=port)
-        path = write_discovery(server.discovery(project))
-        log_event("control.published", path=str(path), project=str(project), url=server.url)
-        await stop.wait()
+        async with live_controller(server, project):
+            path = write_discovery(server.discovery(project))
+            log_event("control.published", path=str(path), project=str(project), url=server.url)
+            await stop.wait()
     finally:
         remove_discovery(project, pid=os.getpid())
         await server.stop()

@@ -31,6 +31,7 @@ import anyio
 
 from bir.core.log import log_event
 from bir.core.types import parse_qualified_name
+from bir.hooks.api import Work
 from bir.hooks.discovery import pid_alive
 
 # A server whose proxies have all been silent this long is not served: calls fail fast.
@@ -45,16 +46,6 @@ MAX_SESSIONS = 1024
 _MAX_ERROR_CHARS = 2000
 # How often a call that a proxy took checks that the proxy is still running.
 PROXY_CHECK_S = 0.25
-
-
-@dataclass(frozen=True)
-class Work:
-    """One call handed to a proxy. ``tool_name`` is the upstream-local name (``navigate_page``)."""
-
-    work_id: str
-    tool_name: str
-    arguments: object
-    timeout_ms: int
 
 
 class WorkQueueError(Exception):

@@ -17,6 +17,8 @@ from typing import Any, Final, Protocol, TypeVar
 import httpx
 import msgspec
 
+from bir.hooks import api
+
 # A request that is not a long poll is answered at once by a healthy server.
 REQUEST_TIMEOUT_S: Final = 5.0
 # How much longer than its hold a long poll may take before it counts as lost.
@@ -57,47 +59,10 @@ def discover(project_dir: str | os.PathLike[str]) -> Endpoint | None:
         return None
 
 
-class _RegisterAnswer(msgspec.Struct, frozen=True, rename="camel"):
-    replay: bool = False
-    poll_hold_ms: int = DEFAULT_POLL_HOLD_MS
-
-
-class Work(msgspec.Struct, frozen=True, rename="camel"):
-    """One call the control server hands to this proxy. ``tool_name`` is the upstream's own name."""
-
-    work_id: str
-    tool_name: str
-    arguments: Any = None
-    timeout_ms: int = 60_000
-
-
-class PollAnswer(msgspec.Struct, frozen=True, rename="camel"):
-    """``{}`` (held and nothing came), ``{work}``, or ``{replay: false}``."""
-
-    work: Work | None = None
-    replay: bool | None = None
-
-
-_register_decoder: Final = msgspec.json.Decoder(_RegisterAnswer)
-_poll_decoder: Final = msgspec.json.Decoder(PollAnswer)
-
-
 @dataclass(frozen=True)
 class Registration:
     replay: bool
     poll_hold_ms: int
-
-
-@dataclass(frozen=True)
-class StepReport:
-    """One relayed ``tools/call``. ``result`` None with no ``error``: sent, outcome unknown."""
-
-    tool_name: str
-    arguments: Any
-    result: Any
-    error: str | None
-    call_id: str | None
-    duration_ms: float
 
 
 class ControlClient:
@@ -130,32 +95,29 @@ class ControlClient:
         Raises:
             ControlUnreachable: no answer, a non-2xx answer, or an unreadable one.
         """
-        body = {
-            "serverName": self.server_name,
-            "proxyId": self.proxy_id,
-            "pid": os.getpid(),
-            "startedAt": self._started_at,
-        }
-        raw = await self._post("/proxy/register", body, REQUEST_TIMEOUT_S)
-        answer = _decode(_register_decoder, raw)
+        body = api.RegisterRequest(
+            server_name=self.server_name, proxy_id=self.proxy_id, pid=os.getpid(), started_at=self._started_at
+        )
+        raw = await self._post("/proxy/register", api.encode(body), REQUEST_TIMEOUT_S)
+        answer = _decode(api.RegisterAnswer, raw)
         hold = max(0, min(answer.poll_hold_ms, MAX_POLL_HOLD_MS))
         return Registration(replay=answer.replay, poll_hold_ms=hold)
 
-    async def poll(self, hold_ms: int) -> PollAnswer:
+    async def poll(self, hold_ms: int) -> api.PollAnswer:
         """``POST /proxy/poll``, held by the server up to ``hold_ms``.
 
         Raises:
             ControlUnreachable: no answer within the hold plus slack, or an unusable one.
         """
-        body = {
-            "serverName": self.server_name,
-            "proxyId": self.proxy_id,
-            "pid": os.getpid(),
-            "startedAt": self._started_at,
-            "holdMs": hold_ms,
-        }
-        raw = await self._post("/proxy/poll", body, hold_ms / 1000 + POLL_SLACK_S)
-        return _decode(_poll_decoder, raw)
+        body = api.PollRequest(
+            server_name=self.server_name,
+            proxy_id=self.proxy_id,
+            pid=os.getpid(),
+            started_at=self._started_at,
+            hold_ms=hold_ms,
+        )
+        raw = await self._post("/proxy/poll", api.encode(body), hold_ms / 1000 + POLL_SLACK_S)
+        return _decode(api.PollAnswer, raw)
 
     async def result(self, work_id: str, result: Any = None, error: str | None = None) -> None:
         """``POST /proxy/result``: exactly one of ``result`` and ``error`` is meant to be set.
@@ -163,36 +125,29 @@ class ControlClient:
         Raises:
             ControlUnreachable: the server did not take it.
         """
-        body: dict[str, Any] = {"workId": work_id}
-        if error is not None:
-            body["error"] = error
-        else:
-            body["result"] = result
-        await self._post("/proxy/result", _fit(body, "result"), REQUEST_TIMEOUT_S)
+        body = (
+            api.ResultRequest(work_id=work_id, error=error)
+            if error is not None
+            else api.ResultRequest(work_id=work_id, result=result)
+        )
+        await self._post("/proxy/result", _fit(body), REQUEST_TIMEOUT_S)
 
-    async def step(self, report: StepReport) -> None:
+    async def step(self, report: api.StepReport) -> None:
         """``POST /proxy/step``: one relayed call, for correlation and threading (spec §7.2).
 
         Raises:
             ControlUnreachable: the server did not take it.
         """
-        body: dict[str, Any] = {
-            "serverName": self.server_name,
-            "proxyId": self.proxy_id,
-            "toolName": report.tool_name,
-            "arguments": report.arguments,
-            "durationMs": max(0.0, report.duration_ms),
-        }
-        if report.call_id is not None:
-            body["callId"] = report.call_id
-        if report.error is not None:
-            body["error"] = report.error
-        elif report.result is not None:
-            body["result"] = report.result
-        await self._post("/proxy/step", _fit(body, "result"), REQUEST_TIMEOUT_S)
+        body = msgspec.structs.replace(
+            report,
+            server_name=self.server_name,
+            proxy_id=self.proxy_id,
+            duration_ms=max(0.0, report.duration_ms),
+            result=None if report.error is not None else report.result,
+        )
+        await self._post("/proxy/step", _fit(body), REQUEST_TIMEOUT_S)
 
-    async def _post(self, path: str, body: dict[str, Any] | bytes, timeout_s: float) -> bytes:
-        content = body if isinstance(body, bytes) else msgspec.json.encode(body)
+    async def _post(self, path: str, content: bytes, timeout_s: float) -> bytes:
         try:
             async with self._http.stream(
                 "POST",
@@ -215,22 +170,23 @@ class ControlClient:
             raise ControlUnreachable(f"{path}: {type(exc).__name__}: {exc}") from exc
 
 
-def _decode(decoder: msgspec.json.Decoder[_T], raw: bytes) -> _T:
+def _decode(kind: type[_T], raw: bytes) -> _T:
     try:
-        return decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return api.decode(kind, raw)
+    except api.BodyError as exc:
         raise ControlUnreachable(f"unreadable answer: {exc}") from exc
 
 
-def _fit(body: dict[str, Any], field: str) -> bytes:
-    """Serialise ``body``; if it is past the server's limit, drop ``field`` and say so instead."""
-    encoded = msgspec.json.encode(body)
+def _fit(body: api.ResultRequest | api.StepReport) -> bytes:
+    """Serialise ``body``; past the server's limit, drop its result (and arguments) and say so instead."""
+    encoded = api.encode(body)
     if len(encoded) <= MAX_REPORT_BYTES:
         return encoded
     # No result then means "outcome unknown", never a success (spec §16.2).
-    slim = {k: v for k, v in body.items() if k not in (field, "arguments")}
-    slim["error"] = f"the {field} was too large to report ({len(encoded)} bytes)"
-    return msgspec.json.encode(slim)
+    error = f"the result was too large to report ({len(encoded)} bytes)"
+    if isinstance(body, api.StepReport):
+        return api.encode(msgspec.structs.replace(body, result=None, arguments=None, error=error))
+    return api.encode(msgspec.structs.replace(body, result=None, error=error))
 
 
 def project_dir(explicit: str | None) -> Path:

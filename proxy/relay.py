@@ -39,8 +39,8 @@ from bir.core.framing import (
     peek,
 )
 from bir.core.log import log_event
+from bir.hooks.api import StepReport
 from bir.proxy import rewrite
-from bir.proxy.control_client import StepReport
 
 UPSTREAM_EXITED: Final = -32000
 OWN_ID_PREFIX: Final = "bir:"
@@ -49,6 +49,8 @@ OWN_ID_PREFIX: Final = "bir:"
 MAX_PENDING: Final = 4096
 _MAX_ERROR_CHARS: Final = 2000
 _RECEIVE_BYTES: Final = 256 * 1024
+# Where Claude Code puts its tool-use id in a tools/call (FACTS.md §4).
+TOOL_USE_ID_META: Final = "claudecode/toolUseId"
 # Requests whose _meta tells the session's protocol version (small ones: never a tools/call).
 _SESSION_METHODS: Final = frozenset({"initialize", "server/discover", "tools/list", "ping"})
 _PROTOCOL_META_KEYS: Final = frozenset(
@@ -88,6 +90,7 @@ class _HostRequest:
     tool_name: str | None = None
     arguments: Any = None
     call_id: str | None = None
+    tool_use_id: str | None = None
     report: bool = False
 
 
@@ -119,6 +122,7 @@ class Relay:
         host_out: ByteSendStream,
         control_known: Callable[[], bool] = lambda: False,
         on_step: Callable[[StepReport], None] | None = None,
+        server_name: str = "upstream",
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -126,6 +130,7 @@ class Relay:
         self._host_out = host_out
         self._control_known = control_known
         self._on_step = on_step
+        self._server_name = server_name
         self._max_line_bytes = max_line_bytes
         self._clock = clock
         self._upstream_lock = anyio.Lock()
@@ -261,11 +266,16 @@ class Relay:
                 report = False
         if report:
             try:
-                name = _as_dict(decode_raw(envelope.params)).get("name")
+                params = _as_dict(decode_raw(envelope.params))
             except FramingError:
-                name = None
+                params = {}
+            name = params.get("name")
             entry.tool_name = name if isinstance(name, str) else None
             entry.report = entry.tool_name is not None
+            # The host's own id for the call (FACTS.md §4): it tells the control server which session's
+            # PreToolUse this call belongs to, and so which session this proxy serves.
+            host_id = _as_dict(params.get("_meta")).get(TOOL_USE_ID_META)
+            entry.tool_use_id = host_id if isinstance(host_id, str) and 0 < len(host_id) <= 256 else None
         return line
 
     def _note_protocol_meta(self, envelope: Envelope) -> None:
@@ -345,7 +355,9 @@ class Relay:
             return
         entry.report = False
         report = StepReport(
+            server_name=self._server_name,
             tool_name=entry.tool_name,
+            tool_use_id=entry.tool_use_id,
             arguments=entry.arguments,
             result=result,
             error=None if error is None else error[:_MAX_ERROR_CHARS],

@@ -10,9 +10,10 @@ reasons back, as ``isError`` results.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from bir.hooks import api
 
 RUN_SCENARIO_NAME: Final = "run_scenario"
 RUN_SCENARIO_DESCRIPTION: Final = (
@@ -88,23 +89,22 @@ def answer_from_reply(status: int, body: bytes) -> Answer:
     if status != 200:
         return unavailable(f"/scenario/run answered HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
     try:
-        reply = json.loads(body)
-    except ValueError:
-        return unavailable(f"/scenario/run answered something that is not JSON: {body[:200]!r}")
-    if not isinstance(reply, dict):
-        return unavailable(f"/scenario/run answered a JSON {type(reply).__name__}, not an object")
-    if reply.get("ok") is True:
-        text = reply.get("text")
-        if not isinstance(text, str) or not text:
+        reply = api.decode(api.ScenarioRunAnswer, body)
+    except api.BodyError as exc:
+        return unavailable(f"/scenario/run answered something that is not its answer: {exc}")
+    if reply.ok:
+        text = reply.text
+        if not text:
             return unavailable("/scenario/run answered ok without a text")
-        partial = " (partial)" if reply.get("partial") is True else ""
-        return Answer("ran", _bounded(text, MAX_ANSWER_CHARS), f"ran {reply.get('steps', '?')} steps{partial}")
-    why = reply.get("why")
-    if not isinstance(why, str) or not why:
-        return unavailable(f"/scenario/run answered without a reason: {str(reply)[:200]}")
-    if why == "no_plan":
+        partial = " (partial)" if reply.partial else ""
+        steps = "?" if reply.steps is None else reply.steps
+        return Answer("ran", _bounded(text, MAX_ANSWER_CHARS), f"ran {steps} steps{partial}")
+    why = reply.why
+    if not why:
+        return unavailable("/scenario/run answered without a reason")
+    if why == api.NO_PLAN:
         return nothing_to_run(why)
-    if reply.get("note") is True:
+    if reply.note is True:
         return Answer("note", _bounded(why, MAX_ANSWER_CHARS), "hand-over note")
     if why.startswith(_ALREADY_RUNNING_PREFIXES):
         return Answer("already_running", ALREADY_RUNNING, why)

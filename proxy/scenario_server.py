@@ -37,6 +37,7 @@ from mcp.server.stdio import stdio_server
 
 from bir.core import config
 from bir.core.log import log_event
+from bir.hooks import api
 from bir.hooks.discovery import Discovery, read_discovery
 from bir.proxy.scenario_answer import (
     RUN_SCENARIO_DESCRIPTION,
@@ -138,7 +139,7 @@ class ControlClient:
         found = self.discovery()
         if found is None:
             return no_control_server("no discovery file for this project")
-        body: dict[str, Any] = {} if tool_use_id is None else {"toolUseId": tool_use_id}
+        body = api.ScenarioRunRequest(tool_use_id=tool_use_id)
         try:
             with anyio.fail_after(timeout_s):
                 status, reply = await self._post(found, "/scenario/run", body)
@@ -152,7 +153,7 @@ class ControlClient:
             return unavailable(f"/scenario/run answered more than {MAX_REPLY_BYTES} bytes")
         return answer_from_reply(status, reply)
 
-    async def hello(self, payload: dict[str, Any]) -> None:
+    async def hello(self, payload: api.Hello) -> None:
         """``POST /scenario/hello``, bounded at 1 s; logs and swallows every failure."""
         found = self.discovery()
         if found is None:
@@ -161,14 +162,14 @@ class ControlClient:
             with anyio.fail_after(HELLO_TIMEOUT_S):
                 status, _ = await self._post(found, "/scenario/hello", payload)
         except (TimeoutError, httpx.HTTPError, _ReplyTooLarge) as exc:
-            log_event("scenario.hello", ok=False, reason=f"{type(exc).__name__}: {exc}", **payload)
+            log_event("scenario.hello", ok=False, reason=f"{type(exc).__name__}: {exc}", tools=payload.tools)
             return
-        log_event("scenario.hello", ok=status == 200, status=status, **payload)
+        log_event("scenario.hello", ok=status == 200, status=status, tools=payload.tools, off=payload.off)
 
-    async def _post(self, found: Discovery, route: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    async def _post(self, found: Discovery, route: str, body: api.ScenarioRunRequest | api.Hello) -> tuple[int, bytes]:
         url = found.url.rstrip("/") + route
-        headers = {"Authorization": f"Bearer {found.token}"}
-        async with self._http.stream("POST", url, json=body, headers=headers) as response:
+        headers = {"Authorization": f"Bearer {found.token}", "Content-Type": "application/json"}
+        async with self._http.stream("POST", url, content=api.encode(body), headers=headers) as response:
             chunks: list[bytes] = []
             size = 0
             async for chunk in response.aiter_bytes():
@@ -278,7 +279,7 @@ class ScenarioServer:
         return _result(text, is_error=is_error)
 
     async def _send_hello(self) -> None:
-        payload = {"pid": os.getpid(), "version": self._version, "tools": len(self.tools()), "off": self.off}
+        payload = api.Hello(pid=os.getpid(), version=self._version, tools=len(self.tools()), off=self.off)
         await self.control.hello(payload)
 
     async def _watch(self) -> None:

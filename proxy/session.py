@@ -47,6 +47,7 @@ async def run_session(
         host_out=host_out,
         control_known=lambda: work is not None and work.known,
         on_step=lambda report: work.offer_step(report) if work is not None else None,
+        server_name=options.server_name,
     )
     if options.control:
         work = WorkLoop(

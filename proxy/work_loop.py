@@ -27,13 +27,12 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from bir.core.log import log_event
+from bir.hooks.api import StepReport, Work
 from bir.proxy.control_client import (
     DEFAULT_POLL_HOLD_MS,
     ControlClient,
     ControlUnreachable,
     Endpoint,
-    StepReport,
-    Work,
     discover,
 )
 from bir.proxy.relay import RequestTimedOut

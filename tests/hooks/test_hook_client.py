@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from bir.core import config, installed
 from bir.core.paths import discovery_file, project_key, revive_stamp, server_lock
+from bir.hooks import api
 from bir.hooks.discovery import Discovery, write_discovery
 from bir.hooks.hook_client import ROUTES
 from bir.hooks.server import ControlServer
@@ -242,6 +243,20 @@ async def test_a_real_control_server_refusing_a_wrong_token_gives_an_empty_objec
     assert "401" in _hook_log(home)[0]["error"]
 
 
+async def test_a_real_control_server_answers_the_hook_through_its_route(project: Path, home: Path) -> None:
+    control = ControlServer(token="right", replay_enabled=False)
+    await control.start()
+    try:
+        assert control.url is not None
+        _publish(project, control.url, token="right")
+        out, err, code = await _hook("PostToolUse", json.dumps({"session_id": "s1", "tool_name": "Bash"}), project)
+    finally:
+        await control.stop()
+    assert (err, code) == ("", 0)
+    assert isinstance(json.loads(out), dict)
+    assert _hook_log(home) == []
+
+
 async def test_the_hook_imports_only_the_standard_library(stand_in: StandIn, project: Path) -> None:
     _publish(project, stand_in.url)
     script = (
@@ -383,3 +398,13 @@ def test_revive_exits_at_once_for_a_project_not_installed(project: Path, home: P
     )
     assert done.returncode == 0
     assert not discovery_file(home, project).exists()
+
+
+def test_the_hooks_routes_match_the_control_planes_and_finish_inside_the_hook_timeout() -> None:
+    assert {event: route for event, (route, _) in ROUTES.items()} == {
+        event: route for event, (route, _, _) in api.HOOK_ROUTES.items()
+    }
+    for event, (_, own_deadline_s) in ROUTES.items():
+        _, timeout_s, answered_by_ms = api.HOOK_ROUTES[event]
+        # Longer than the server's own deadline (its overdue answer still arrives), shorter than the hook's.
+        assert answered_by_ms / 1000 < own_deadline_s < timeout_s

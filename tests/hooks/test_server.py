@@ -6,7 +6,7 @@ import signal
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +15,11 @@ import httpx
 import pytest
 
 from bir.hooks import server as server_module
+from bir.hooks.api import ScenarioRunAnswer, ScenarioRunRequest, Work
 from bir.hooks.discovery import discovery_path, read_discovery
-from bir.hooks.routes import MAX_BODY_BYTES, ScenarioRunRequest, StepReport
+from bir.hooks.routes import MAX_BODY_BYTES, ReceivedStep
 from bir.hooks.server import ControlServer
-from bir.hooks.work_queue import ProxyCallError, ProxyWorkQueue, Work
+from bir.hooks.work_queue import ProxyCallError, ProxyWorkQueue
 
 pytestmark = pytest.mark.anyio
 
@@ -245,11 +246,11 @@ async def test_step_reports_are_kept_in_a_bounded_ring_and_passed_to_the_hook(
     control: ControlServer, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(server_module, "MAX_STEP_REPORTS", 3)
-    seen: list[StepReport] = []
+    seen: list[ReceivedStep] = []
 
-    async def hook(report: StepReport) -> None:
-        seen.append(report)
-        if report.call_id == "c4":
+    async def hook(received: ReceivedStep) -> None:
+        seen.append(received)
+        if received.report.call_id == "c4":
             raise RuntimeError("a broken hook")
 
     control.on_step = hook
@@ -263,9 +264,9 @@ async def test_step_reports_are_kept_in_a_bounded_ring_and_passed_to_the_hook(
             "durationMs": 12,
         }
         assert await _post(client, "/proxy/step", body) == {"ok": True}
-    assert [r.call_id for r in control.step_reports()] == ["c2", "c3", "c4"]
-    assert [r.arguments for r in seen] == [{"i": i} for i in range(5)]
-    assert seen[0].duration_ms == 12
+    assert [r.report.call_id for r in control.step_reports()] == ["c2", "c3", "c4"]
+    assert [r.report.arguments for r in seen] == [{"i": i} for i in range(5)]
+    assert seen[0].report.duration_ms == 12
 
 
 async def test_hello_is_remembered_per_pid_and_makes_the_delivery_tool_live(
@@ -274,7 +275,7 @@ async def test_hello_is_remembered_per_pid_and_makes_the_delivery_tool_live(
     assert not control.delivery_tool_live()
     hello = {"pid": os.getpid(), "version": "0.1.0", "tools": 1, "off": False}
     assert await _post(client, "/scenario/hello", hello) == {"ok": True}
-    assert control.hellos[os.getpid()].tools == 1
+    assert control.hellos[os.getpid()].hello.tools == 1
     assert control.delivery_tool_live()
     await _post(client, "/scenario/hello", {**hello, "off": True})
     assert not control.delivery_tool_live()
@@ -289,11 +290,11 @@ async def test_scenario_run_hands_the_request_to_the_installed_runner(
 ) -> None:
     requests: list[ScenarioRunRequest] = []
 
-    async def runner(request: ScenarioRunRequest) -> Mapping[str, object]:
+    async def runner(request: ScenarioRunRequest) -> ScenarioRunAnswer:
         requests.append(request)
         if request.tool_use_id == "toolu_bad":
             raise RuntimeError("the plan blew up")
-        return {"ok": True, "text": "results", "responseModel": {}, "steps": 2}
+        return ScenarioRunAnswer(ok=True, text="results", response_model={}, steps=2)
 
     control.scenario_runner = runner
     answer = await _post(client, "/scenario/run", {"toolUseId": "toolu_1", "sessionId": "s1"})
@@ -330,7 +331,7 @@ async def test_the_server_listens_on_loopback_only() -> None:
 
 
 def test_work_is_a_frozen_record() -> None:
-    work = Work("w", "click", {}, 1000)
+    work = Work(work_id="w", tool_name="click", arguments={}, timeout_ms=1000)
     with pytest.raises(AttributeError):
         work.tool_name = "other"  # type: ignore[misc]
 

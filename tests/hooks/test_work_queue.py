@@ -4,6 +4,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from bir.hooks.api import Work
 from bir.hooks.work_queue import (
     NoProxyError,
     NoSessionProxyError,
@@ -14,7 +15,6 @@ from bir.hooks.work_queue import (
     ProxyWorkQueue,
     QueueFullError,
     StepTimeoutError,
-    Work,
     WorkQueueError,
 )
 

@@ -13,7 +13,7 @@ import pytest
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from bir.proxy.control_client import StepReport
+from bir.hooks.api import StepReport
 from bir.proxy.relay import UPSTREAM_EXITED, Relay, RequestTimedOut, UpstreamGone, UpstreamRequestError
 from bir.proxy.rewrite import CALL_ID_KEY
 

@@ -370,8 +370,8 @@ async def test_with_a_control_server_the_call_id_is_declared_stripped_and_report
                 assert echo.input_schema.get("additionalProperties") is None
                 result = await client.call_tool("echo", {"message": "hi", CALL_ID_KEY: "call-42"})
                 assert result.content[0].model_dump()["text"] == "Echo: hi"
-                await _until(lambda: any(r.call_id == "call-42" for r in control.step_reports()))
-    report = next(r for r in control.step_reports() if r.call_id == "call-42")
+                await _until(lambda: any(r.report.call_id == "call-42" for r in control.step_reports()))
+    report = next(r.report for r in control.step_reports() if r.report.call_id == "call-42")
     assert (report.server_name, report.tool_name, report.arguments, report.error) == (
         "everything",
         "echo",

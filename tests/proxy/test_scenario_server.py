@@ -24,8 +24,9 @@ from mcp.client.session import MessageHandlerFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bir.hooks.api import Hello, ScenarioRunAnswer, ScenarioRunRequest, decode, encode
 from bir.hooks.discovery import write_discovery
-from bir.hooks.routes import Hello, ScenarioRunRequest
+from bir.hooks.routes import SeenHello
 from bir.hooks.server import ControlServer
 from bir.proxy.scenario_answer import (
     ALREADY_RUNNING,
@@ -34,7 +35,7 @@ from bir.proxy.scenario_answer import (
     RUN_SCENARIO_DESCRIPTION,
 )
 
-Runner = Callable[[ScenarioRunRequest], Awaitable[Mapping[str, object]]]
+Runner = Callable[[ScenarioRunRequest], Awaitable[ScenarioRunAnswer]]
 Wrap = Callable[[ASGIApp], ASGIApp]
 
 TOOL_USE_ID = "toolu_01ABCDEF"
@@ -113,8 +114,8 @@ class WatchedControlServer(ControlServer):
         super().__init__()
         self._hello_noted = anyio.Event()
 
-    def note_hello(self, hello: Hello) -> None:
-        super().note_hello(hello)
+    def note_hello(self, seen: SeenHello) -> None:
+        super().note_hello(seen)
         self._hello_noted.set()
         self._hello_noted = anyio.Event()
 
@@ -123,17 +124,20 @@ class WatchedControlServer(ControlServer):
         with anyio.fail_after(10):
             while True:
                 noted = self._hello_noted
-                for hello in self.hellos.values():
-                    if condition(hello):
-                        return hello
+                for seen in self.hellos.values():
+                    if condition(seen.hello):
+                        return seen.hello
                 await noted.wait()
 
 
 def fixed(answer: Mapping[str, object], seen: list[ScenarioRunRequest] | None = None) -> Runner:
-    async def runner(request: ScenarioRunRequest) -> Mapping[str, object]:
+    """A runner answering ``answer`` (given in its wire shape, as the spec writes it)."""
+    typed = decode(ScenarioRunAnswer, encode(answer))
+
+    async def runner(request: ScenarioRunRequest) -> ScenarioRunAnswer:
         if seen is not None:
             seen.append(request)
-        return answer
+        return typed
 
     return runner
 
@@ -259,7 +263,7 @@ async def test_a_second_call_is_told_to_wait_for_the_first(project: Path, tmp_pa
 
 @pytest.mark.anyio
 async def test_a_run_that_threw_on_the_control_server_is_not_available(project: Path, tmp_path: Path) -> None:
-    async def broken(request: ScenarioRunRequest) -> Mapping[str, object]:
+    async def broken(request: ScenarioRunRequest) -> ScenarioRunAnswer:
         raise RuntimeError("plan exploded")
 
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err") as client:
@@ -295,9 +299,9 @@ async def test_debug_mode_returns_the_raw_reason_as_an_error(project: Path, tmp_
 async def test_a_run_past_the_timeout_is_not_available(project: Path, tmp_path: Path) -> None:
     release = anyio.Event()
 
-    async def slow(request: ScenarioRunRequest) -> Mapping[str, object]:
+    async def slow(request: ScenarioRunRequest) -> ScenarioRunAnswer:
         await release.wait()
-        return {"ok": True, "text": "too late"}
+        return ScenarioRunAnswer(ok=True, text="too late")
 
     env = {"BIR_SCENARIO_RUN_TIMEOUT_MS": "1000"}
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err", env) as client:
@@ -312,14 +316,14 @@ async def test_a_run_past_the_timeout_is_not_available(project: Path, tmp_path: 
 async def test_cancelling_the_call_aborts_the_http_request(project: Path, tmp_path: Path) -> None:
     started, disconnected, release, cancelled = anyio.Event(), anyio.Event(), anyio.Event(), anyio.Event()
 
-    async def hanging(request: ScenarioRunRequest) -> Mapping[str, object]:
+    async def hanging(request: ScenarioRunRequest) -> ScenarioRunAnswer:
         started.set()
         try:
             await release.wait()
         except anyio.get_cancelled_exc_class():
             cancelled.set()  # the control server starts no further step
             raise
-        return {"ok": True, "text": "never read"}
+        return ScenarioRunAnswer(ok=True, text="never read")
 
     def wrap(app: ASGIApp) -> ASGIApp:
         return report_disconnects(app, disconnected)

@@ -12,8 +12,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from bir.hooks.api import StepReport
 from bir.hooks.server import ControlServer
-from bir.proxy.control_client import ControlClient, ControlUnreachable, Endpoint, StepReport
+from bir.proxy.control_client import ControlClient, ControlUnreachable, Endpoint
 from bir.proxy.work_loop import Pace, WorkLoop, step_budget_ms
 
 pytestmark = pytest.mark.anyio
@@ -137,7 +138,14 @@ async def test_step_reports_reach_the_control_server_once_registered() -> None:
     async with _server(replay=False) as server:
         sleeps = _Sleeps(stop_after=1)
         loop = _loop(lambda project: _Endpoint(server.url or "", server.token), sleeps)
-        report = StepReport("echo", {"m": 1}, {"content": []}, None, "call-9", 12.5)
+        report = StepReport(
+            server_name="srv",
+            tool_name="echo",
+            arguments={"m": 1},
+            result={"content": []},
+            call_id="call-9",
+            duration_ms=12.5,
+        )
         loop.offer_step(report)  # not registered yet: dropped
         with anyio.fail_after(30):
             async with anyio.create_task_group() as group:
@@ -148,7 +156,8 @@ async def test_step_reports_reach_the_control_server_once_registered() -> None:
                 while not server.step_reports():  # noqa: ASYNC110 - the report crosses HTTP
                     await anyio.sleep(0.01)
                 group.cancel_scope.cancel()
-        [seen] = server.step_reports()
+        [received] = server.step_reports()
+        seen = received.report
         assert (seen.tool_name, seen.arguments, seen.result, seen.call_id, seen.duration_ms, seen.proxy_id) == (
             "echo",
             {"m": 1},
@@ -183,10 +192,13 @@ async def test_a_report_too_large_for_the_server_goes_without_its_result() -> No
         client = ControlClient(_Endpoint(server.url or "", server.token), server_name="srv", proxy_id="p-4")
         try:
             huge = {"content": [{"type": "text", "text": "x" * (9 * 1024 * 1024)}]}
-            await client.step(StepReport("echo", {}, huge, None, None, 1.0))
+            await client.step(
+                StepReport(server_name="srv", tool_name="echo", arguments={}, result=huge, duration_ms=1.0)
+            )
         finally:
             await client.aclose()
-        [seen] = server.step_reports()
+        [received] = server.step_reports()
+        seen = received.report
         assert seen.result is None
         assert seen.error is not None
         assert "too large" in seen.error

@@ -1,0 +1,277 @@
+"""The control plane's one vocabulary (spec §16.1, §10): every route's request and answer.
+
+The control server (``bir.hooks.routes``) and every client of it (``bir-proxy``'s work loop,
+``bir-scenario``, ``bir replay``'s direct executor) import these types and nothing else of each other.
+Bodies are JSON; field names are camelCase on the wire, except the hook routes, whose requests are
+Claude Code's own hook input (snake_case) and whose answers are what the hook prints.
+
+Every struct is frozen, new fields always get defaults, and unknown fields are ignored, so an older
+and a newer ``bir`` on either side still understand each other. Decoders are built once per type.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal, TypeVar
+
+import msgspec
+
+# -- bounds ----------------------------------------------------------------------------------------
+
+MAX_NAME: Final = 256
+MAX_ERROR_CHARS: Final = 8_000
+# A poll is held at most this long, then answered empty (§16.1).
+POLL_HOLD_MS: Final = 25_000
+# A step or call never waits longer than this through /replay/call.
+MAX_CALL_TIMEOUT_MS: Final = 600_000
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
+OptName = Annotated[str, msgspec.Meta(max_length=MAX_NAME)] | None
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _Body(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    """A control-plane body: camelCase on the wire, defaults omitted, unknown fields ignored."""
+
+
+# -- proxies (§16.1, §16.2) --------------------------------------------------------------------------
+
+
+class RegisterRequest(_Body, frozen=True):
+    """``POST /proxy/register``: a ``bir-proxy`` announces the server it wraps."""
+
+    server_name: Name
+    proxy_id: Name
+    pid: NonNegInt | None = None
+    session_id: OptName = None
+    started_at: float | None = None
+
+
+class RegisterAnswer(msgspec.Struct, frozen=True, rename="camel"):
+    """Both fields always on the wire: a proxy paces itself by them."""
+
+    replay: bool = False
+    poll_hold_ms: NonNegInt = POLL_HOLD_MS
+
+
+class PollRequest(_Body, frozen=True):
+    """``POST /proxy/poll``: held up to ``hold_ms`` (at most ``POLL_HOLD_MS``), then answered empty."""
+
+    server_name: Name
+    proxy_id: OptName = None
+    started_at: float | None = None
+    pid: NonNegInt | None = None
+    hold_ms: NonNegInt | None = None
+
+
+class Work(_Body, frozen=True):
+    """One call handed to a proxy. ``tool_name`` is the upstream's own name (``navigate_page``)."""
+
+    work_id: Name
+    tool_name: Name
+    arguments: Any = None
+    timeout_ms: NonNegInt = 60_000
+
+
+class PollAnswer(_Body, frozen=True):
+    """``{}`` (held and nothing came), ``{work}``, or ``{replay: false}`` (replay is off: poll slowly)."""
+
+    work: Work | None = None
+    replay: bool | None = None
+
+
+class ResultRequest(_Body, frozen=True):
+    """``POST /proxy/result``: exactly one of ``result`` and ``error``; neither means "sent, outcome unknown"."""
+
+    work_id: Name
+    result: Any = None
+    error: str | None = None
+
+
+class StepReport(_Body, frozen=True):
+    """``POST /proxy/step``: one ``tools/call`` the proxy relayed for its host.
+
+    ``result`` None with no ``error``: the call was sent and its outcome is unknown (never a success).
+    ``call_id`` is the ``__bir_call_id__`` a hook injected; ``tool_use_id`` is the host's own id for the
+    call (``_meta["claudecode/toolUseId"]``), which also tells the control server the proxy's session.
+    """
+
+    server_name: Name
+    tool_name: Name
+    arguments: Any = None
+    result: Any = None
+    error: str | None = None
+    call_id: OptName = None
+    tool_use_id: OptName = None
+    duration_ms: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    proxy_id: OptName = None
+    session_id: OptName = None
+
+
+class Ok(_Body, frozen=True):
+    ok: bool
+
+
+# -- bir-scenario (§6.3) -----------------------------------------------------------------------------
+
+
+class Hello(_Body, frozen=True):
+    """``POST /scenario/hello``: a live ``bir-scenario`` and how many tools it lists."""
+
+    pid: NonNegInt
+    version: Annotated[str, msgspec.Meta(max_length=MAX_NAME)]
+    tools: NonNegInt
+    off: bool
+
+
+class ScenarioRunRequest(_Body, frozen=True):
+    """``POST /scenario/run``: run the armed plan of the session whose ``run_scenario`` call this is."""
+
+    tool_use_id: OptName = None
+    session_id: OptName = None
+
+
+class ScenarioRunAnswer(_Body, frozen=True):
+    """§16.1's answer: ``ok`` with the bundle, or ``why`` it did not run (``no_plan``, a note, …)."""
+
+    ok: bool
+    text: str | None = None
+    response_model: dict[str, Any] | None = None
+    steps: NonNegInt | None = None
+    partial: bool | None = None
+    why: str | None = None
+    note: bool | None = None
+
+
+NO_PLAN: Final = "no_plan"
+
+
+# -- bir replay (§12.1) ------------------------------------------------------------------------------
+
+
+class ReplayCallRequest(_Body, frozen=True):
+    """``POST /replay/call``: one direct step of ``bir replay``, run on the proxy that owns its server."""
+
+    server_name: Name
+    tool_name: Name
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=MAX_CALL_TIMEOUT_MS)]
+    arguments: Any = None
+
+
+class ReplayCallAnswer(_Body, frozen=True):
+    """``ok`` with the ``CallToolResult``, or not: ``sent`` says whether the call may have run."""
+
+    ok: bool
+    result: Any = None
+    sent: bool | None = None
+    why: str | None = None
+
+
+class Health(_Body, frozen=True):
+    """``GET /health``."""
+
+    ok: bool
+    pid: int
+    version: str
+    uptime_ms: int
+    served: list[str] = msgspec.field(default_factory=list)
+    replay: bool = False
+
+
+# -- Claude Code's hooks (§10) -------------------------------------------------------------------------
+
+HookEvent = Literal[
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Stop",
+    "SessionEnd",
+]
+
+# The route each hook event posts to, the timeout ``bir install`` writes for it (seconds) and the
+# control server's own deadline for answering it (ms), well inside the hook's timeout (§10).
+HOOK_ROUTES: Final[dict[str, tuple[str, int, int]]] = {
+    "SessionStart": ("/session/start", 10, 2_000),
+    "UserPromptSubmit": ("/session/prompt", 10, 7_000),
+    "PreToolUse": ("/tool/pre", 15, 12_000),
+    "PostToolUse": ("/tool/post", 5, 2_000),
+    "PostToolUseFailure": ("/tool/failure", 5, 2_000),
+    "Stop": ("/session/stop", 5, 2_000),
+    "SessionEnd": ("/session/end", 5, 2_000),
+}
+
+
+class HookInput(msgspec.Struct, frozen=True, kw_only=True):
+    """What Claude Code sends a hook (FACTS.md §3.1). Every field but ``session_id`` may be absent;
+    unknown fields are ignored, so a newer Claude Code does not break an older ``bir``."""
+
+    session_id: Name
+    hook_event_name: OptName = None
+    transcript_path: str | None = None
+    cwd: str | None = None
+    prompt_id: OptName = None
+    permission_mode: OptName = None
+    # UserPromptSubmit
+    prompt: str | None = None
+    # tool events
+    tool_name: OptName = None
+    tool_input: Any = None
+    tool_response: Any = None
+    tool_use_id: OptName = None
+    error: str | None = None
+    is_interrupt: bool | None = None
+    duration_ms: float | None = None
+    # Stop, SessionStart, SessionEnd
+    stop_hook_active: bool | None = None
+    last_assistant_message: str | None = None
+    source: OptName = None
+    reason: OptName = None
+
+
+class HookSpecificOutput(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    hook_event_name: str
+    additional_context: str | None = None
+    permission_decision: Literal["allow", "deny", "ask"] | None = None
+    permission_decision_reason: str | None = None
+    updated_input: dict[str, Any] | None = None
+
+
+class HookAnswer(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """What a hook prints: ``{}`` when bir has nothing to say."""
+
+    hook_specific_output: HookSpecificOutput | None = None
+
+
+EMPTY_HOOK_ANSWER: Final = HookAnswer()
+
+
+# -- encoding ------------------------------------------------------------------------------------------
+
+_T = TypeVar("_T")
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+_encoder: Final = msgspec.json.Encoder()
+
+
+class BodyError(ValueError):
+    """A body that is not JSON, or not the route's shape. The message names the field."""
+
+
+def decode(kind: type[_T], raw: bytes) -> _T:
+    """``raw`` as ``kind``.
+
+    Raises:
+        BodyError: not JSON, or not the shape of ``kind`` (the message says which field, e.g. ``$.serverName``).
+    """
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    try:
+        return decoder.decode(raw)  # type: ignore[no-any-return]
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BodyError(str(exc)[:300]) from None
+
+
+def encode(value: object) -> bytes:
+    """JSON bytes of a contract value (or any plain value)."""
+    return _encoder.encode(value)

@@ -1,0 +1,121 @@
+"""Where a live session's state lives (spec §9 change 1): sessions by ``session_id``, each with its turn.
+
+A run is a turn (``UserPromptSubmit`` → ``Stop``); its plan, its match and its recording hang off it,
+so a second prompt never inherits a stale plan. The table is bounded: idle sessions are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from bir.core.outcome import PlanEnd
+from bir.core.plan import ScenarioReplayPlan
+from bir.core.transcript import UsageMark
+from bir.core.types import Matched
+
+MAX_SESSIONS: Final = 256
+SESSION_IDLE_S: Final = 6 * 3600.0
+MAX_PENDING_CALLS: Final = 256
+
+RunPhase = Literal["matching", "arming", "announced", "running", "retired", "sealed"]
+
+
+@dataclass
+class PendingCall:
+    """A tool call seen at ``PreToolUse`` and not yet settled at ``PostToolUse``."""
+
+    tool_use_id: str
+    tool_name: str
+    tool_input: Any
+    started: float
+
+
+@dataclass
+class Run:
+    """One turn of one session."""
+
+    run_id: str
+    session_id: str
+    prompt: str
+    started: float
+    mark: UsageMark | None
+    transcript_path: str | None
+    permission_mode: str | None
+    phase: RunPhase = "matching"
+    recording: bool = False
+    matched: Matched | None = None
+    decided: bool = False
+    answered: bool = False
+    plan: ScenarioReplayPlan | None = None
+    end: PlanEnd = "completed"
+    derive_cost_usd: float = 0.0
+    steps_planned: int = 0
+    bound_tool_use_id: str | None = None
+    direct_started: bool = False
+    veto_note_for: str | None = None
+    last_answer: str | None = None
+    finalized: bool = False
+    sealed_at: float | None = None
+    pending: dict[str, PendingCall] = field(default_factory=dict)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    @property
+    def ticket(self) -> str | None:
+        return None if self.matched is None else self.matched.execution_ticket
+
+    @property
+    def scenario_id(self) -> str | None:
+        if self.matched is None:
+            return None
+        scenario = self.matched.scenario
+        return self.matched.scenario_id or (scenario.id if scenario is not None else None)
+
+
+@dataclass
+class Session:
+    session_id: str
+    last_seen: float
+    run: Run | None = None
+    pending_note: str | None = None
+
+
+class SessionTable:
+    """Sessions by id, most recently heard from last; bounded by count and idleness."""
+
+    def __init__(self, max_sessions: int = MAX_SESSIONS, idle_s: float = SESSION_IDLE_S) -> None:
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._max = max_sessions
+        self._idle_s = idle_s
+
+    def touch(self, session_id: str, now: float | None = None) -> Session:
+        now = time.monotonic() if now is None else now
+        session = self._sessions.pop(session_id, None) or Session(session_id, now)
+        session.last_seen = now
+        self._sessions[session_id] = session
+        self._prune(now)
+        return session
+
+    def get(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def drop(self, session_id: str) -> Session | None:
+        return self._sessions.pop(session_id, None)
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(list(self._sessions.values()))
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def _prune(self, now: float) -> None:
+        while self._sessions:
+            oldest = next(iter(self._sessions.values()))
+            if len(self._sessions) > self._max or now - oldest.last_seen > self._idle_s:
+                del self._sessions[oldest.session_id]
+            else:
+                break
