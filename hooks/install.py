@@ -86,6 +86,22 @@ def claude_config_file(env: Mapping[str, str] | None = None) -> Path:
     return Path(folder).expanduser() / ".claude.json"
 
 
+def claude_settings_file(env: Mapping[str, str] | None = None) -> Path:
+    """The user's Claude Code settings: ``$CLAUDE_CONFIG_DIR/settings.json``, else ``~/.claude/settings.json``."""
+    env = os.environ if env is None else env
+    if env.get("CLAUDE_CONFIG_DIR"):
+        return Path(env["CLAUDE_CONFIG_DIR"]).expanduser() / "settings.json"
+    return Path(env.get("HOME") or str(Path.home())).expanduser() / ".claude" / "settings.json"
+
+
+def _lenient_json(path: Path) -> dict[str, Any]:
+    """A file bir only reads, never writes: one it cannot read counts as empty."""
+    try:
+        return read_json_file(path)[1]
+    except InstallError:
+        return {}
+
+
 # -- recognising bir's own entries ------------------------------------------------------------------
 
 
@@ -231,11 +247,42 @@ class ServerPlan:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class McpjsonApproval:
+    """Which of the project's ``.mcp.json`` servers the user approved in Claude Code.
+
+    A local-scope entry runs without Claude Code's approval prompt for project servers, so bir wraps
+    only servers the user already approved: wrapping one would otherwise approve it on their behalf.
+    """
+
+    enabled: frozenset[str] = frozenset()
+    disabled: frozenset[str] = frozenset()
+    all_enabled: bool = False
+
+    def approved(self, name: str) -> bool:
+        return name not in self.disabled and (self.all_enabled or name in self.enabled)
+
+
+def read_approval(*docs: Mapping[str, Any]) -> McpjsonApproval:
+    """The approval from the documents that carry it (the project's entry in ``.claude.json`` and the
+    settings files): ``enabledMcpjsonServers``, ``disabledMcpjsonServers``, ``enableAllProjectMcpServers``."""
+    enabled: set[str] = set()
+    disabled: set[str] = set()
+    all_enabled = False
+    for doc in docs:
+        for key, into in (("enabledMcpjsonServers", enabled), ("disabledMcpjsonServers", disabled)):
+            names = doc.get(key)
+            if isinstance(names, list):
+                into.update(str(n) for n in names)
+        all_enabled = all_enabled or doc.get("enableAllProjectMcpServers") is True
+    return McpjsonApproval(frozenset(enabled), frozenset(disabled), all_enabled)
+
+
 def plan_servers(
     project_servers: Mapping[str, Any],
     local_servers: Mapping[str, Any],
     user_servers: Mapping[str, Any],
-    disabled_project: set[str],
+    approval: McpjsonApproval,
     exes: Executables,
     *,
     replay: bool,
@@ -244,7 +291,8 @@ def plan_servers(
     project over user)."""
     plan = ServerPlan()
     effective: dict[str, Any] = {}
-    for scope in (user_servers, {k: v for k, v in project_servers.items() if k not in disabled_project}, local_servers):
+    approved = {k: v for k, v in project_servers.items() if approval.approved(k)}
+    for scope in (user_servers, approved, local_servers):
         effective.update(scope)
     for name, entry in effective.items():
         if name == BIR_SERVER:
@@ -261,9 +309,14 @@ def plan_servers(
         else:
             plan.local[name] = wrap_entry(name, entry, exes)
             plan.wrapped.append(name)
-    for name in disabled_project - set(local_servers) - set(user_servers):
-        if name in project_servers:
-            plan.skipped[name] = "disabled for this project"
+    for name in project_servers:
+        if name in approved or name in local_servers or name == BIR_SERVER:
+            continue
+        plan.skipped[name] = (
+            "disabled for this project"
+            if name in approval.disabled
+            else "a .mcp.json server not approved in Claude Code yet: approve it, then run bir install again"
+        )
     if replay:
         plan.local[BIR_SERVER] = scenario_entry(exes)
     return plan
@@ -467,13 +520,17 @@ def install(
     local_before = _local_servers(config_doc, project)
     projects_doc = config_doc.get("projects")
     project_doc = projects_doc.get(str(project)) if isinstance(projects_doc, dict) else None
-    disabled = project_doc.get("disabledMcpjsonServers", []) if isinstance(project_doc, dict) else []
-    disabled_set = {str(n) for n in disabled} if isinstance(disabled, list) else set()
+    approval = read_approval(
+        project_doc if isinstance(project_doc, dict) else {},
+        settings_doc,
+        _lenient_json(project / ".claude" / "settings.json"),
+        _lenient_json(claude_settings_file(env)),
+    )
 
     stored = installed.project(project, home)
     record: dict[str, Any] = dict(stored.install) if stored is not None else {}
     change = Change(project=str(project), action="install", replay=replay)
-    plan = plan_servers(project_servers, local_before, user_servers, disabled_set, exes, replay=replay)
+    plan = plan_servers(project_servers, local_before, user_servers, approval, exes, replay=replay)
     # Local entries that were there before bir's, by name: uninstall puts them back.
     previous: dict[str, Any] = dict(record.get("previousLocal", {}))
     owned: list[str] = list(record.get("localServers", []))

@@ -76,7 +76,12 @@ CLAUDE_DOC: dict[str, Any] = {
 
 def _seed(env: dict[str, str], project: Path, local: dict[str, Any] | None = None) -> bytes:
     doc = json.loads(json.dumps(CLAUDE_DOC))
-    doc["projects"][str(project)] = {"allowedTools": [], "mcpServers": local or {}, "hasTrustDialogAccepted": True}
+    doc["projects"][str(project)] = {
+        "allowedTools": [],
+        "mcpServers": local or {},
+        "enabledMcpjsonServers": ["fleet"],
+        "hasTrustDialogAccepted": True,
+    }
     _write_json(project / ".mcp.json", {"mcpServers": {"fleet": {"command": "python", "args": ["-m", "fleet"]}}})
     data = _write_json(_claude_json(env), doc)
     _claude_json(env).chmod(0o600)
@@ -143,7 +148,12 @@ def test_install_keeps_every_other_key_and_the_files_mode(env: dict[str, str], p
     install(project, replay=False, exes=EXES, env=env)
     doc = json.loads(_claude_json(env).read_text())
     assert list(doc) == ["numStartups", "mcpServers", "projects", "zLast"]
-    assert list(doc["projects"][str(project)]) == ["allowedTools", "mcpServers", "hasTrustDialogAccepted"]
+    assert list(doc["projects"][str(project)]) == [
+        "allowedTools",
+        "mcpServers",
+        "enabledMcpjsonServers",
+        "hasTrustDialogAccepted",
+    ]
     assert doc["mcpServers"] == CLAUDE_DOC["mcpServers"]
     assert stat.S_IMODE(_claude_json(env).stat().st_mode) == 0o600
 
@@ -254,6 +264,28 @@ def test_uninstall_after_claude_code_rewrote_its_config_keeps_that_and_restores_
         "added": {"type": "stdio", "command": "new", "args": [], "env": {}},
     }
     assert change.servers_restored == ["fleet"]
+
+
+def test_a_project_server_the_user_has_not_approved_is_not_wrapped(env: dict[str, str], project: Path) -> None:
+    _seed(env, project)
+    servers = {"fleet": {"command": "python"}, "new": {"command": "evil"}, "off": {"command": "x"}}
+    _write_json(project / ".mcp.json", {"mcpServers": servers})
+    doc = json.loads(_claude_json(env).read_text())
+    doc["projects"][str(project)]["disabledMcpjsonServers"] = ["off"]
+    _write_json(_claude_json(env), doc)
+
+    change = install(project, replay=False, exes=EXES, env=env)
+
+    assert set(_local(env, project)) == {"fleet", "usr"}
+    assert "not approved" in change.servers_left["new"]
+    assert change.servers_left["off"] == "disabled for this project"
+
+
+def test_enable_all_project_servers_in_the_settings_approves_them(env: dict[str, str], project: Path) -> None:
+    _write_json(project / ".mcp.json", {"mcpServers": {"a": {"command": "a"}, "b": {"command": "b"}}})
+    _write_json(project / ".claude" / "settings.json", {"enableAllProjectMcpServers": True})
+    change = install(project, replay=False, exes=EXES, env=env)
+    assert sorted(change.servers_wrapped) == ["a", "b"]
 
 
 def test_a_server_already_behind_bir_proxy_is_not_wrapped_twice(env: dict[str, str], project: Path) -> None:
