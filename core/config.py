@@ -79,6 +79,14 @@ _VARS: tuple[Variable, ...] = (
         "Engine of the logic workers: `v8` (mini-racer) or `quickjs` (dukpy).",
         choices=("v8", "quickjs"),
     ),
+    Variable(
+        "BIR_LOGIC_ENGINE_SURFACE",
+        "choice",
+        "auto",
+        "For tests: `public` runs the logic workers on their engine library's public API, the slower "
+        "fallback taken when mini-racer's or dukpy's private surface moved.",
+        choices=("auto", "public"),
+    ),
     # Replay (spec §10, §13.2)
     Variable("BIR_REPLAY", "flag", None, "`0` turns replay off; unset, the project's stored switch decides."),
     Variable("BIR_OFF", "flag", False, "`1` takes the whole runner out of the way for a session."),

@@ -7,6 +7,12 @@ waits on mini-racer's own result queue, with the time limit enforced by cancelli
 ``TerminateExecution``). Work a body queued for later (promise callbacks) runs on the isolate's
 thread right after the eval returns; ``settle`` runs behind it, so a runaway callback shows up as a
 settle that does not finish, and the worker exits.
+
+That private surface is an owned decision: ``PRIVATE_SURFACE`` names every piece of it,
+``private_surface_gap`` checks them before a worker starts, and ``make_v8_engine`` falls back to
+mini-racer's public API (``engine_v8_public.PublicV8Engine``, slower) when one is missing, so that an
+upgrade of mini-racer slows the worker down instead of breaking it. ``tests/evaluator/test_engine_surface.py``
+fails, naming what moved, when it does.
 """
 
 from __future__ import annotations
@@ -31,6 +37,21 @@ from bir.evaluator.wire import Job
 CANCEL_GRACE_S: Final = 0.25
 MAX_DEFINED: Final = 1000
 
+# Every private name of mini-racer the fast path relies on, as "module:name" or "module:Class.attribute".
+# mr_eval's callback id 0 is the uncancelable task: its answer goes to the results queue we replace.
+PRIVATE_SURFACE: Final = (
+    "py_mini_racer._mini_racer:_make_context",
+    "py_mini_racer._context:Context._python_to_value_handle",
+    "py_mini_racer._context:Context._value_handle_to_python",
+    "py_mini_racer._context:Context._non_cancelable_mr_task_results_queue",
+    "py_mini_racer._context:Context._dll",
+    "py_mini_racer._context:Context._ctx",
+    "py_mini_racer._context:_UNCANCELABLE_TASK_CALLBACK_ID",
+    "py_mini_racer._value_handle:ValueHandle.raw",
+)
+# The native calls made through Context._dll, with their argument counts.
+PRIVATE_NATIVE: Final = {"mr_eval": 3, "mr_cancel_task": 2}
+
 _flags_applied = False
 
 
@@ -53,8 +74,77 @@ def _init_v8(memory_mb: int) -> None:
     _flags_applied = True
 
 
+def _private_name_present(spec: str) -> bool:
+    import importlib
+
+    module_name, _, path = spec.partition(":")
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError:
+        return False
+    owner, _, attribute = path.partition(".")
+    if not hasattr(target, owner):
+        return False
+    target = getattr(target, owner)
+    if not attribute:
+        return True
+    if hasattr(target, attribute):
+        return True
+    # A dataclass field without a default is an annotation only.
+    fields = getattr(target, "__dataclass_fields__", {})
+    return attribute in fields
+
+
+def private_surface_gap() -> str | None:
+    """What of mini-racer's private surface (``PRIVATE_SURFACE``, ``PRIVATE_NATIVE``) is missing, or None.
+
+    Loads mini-racer's library (with the workers' flags applied first, by the caller).
+    """
+    missing = [spec for spec in PRIVATE_SURFACE if not _private_name_present(spec)]
+    if not missing:
+        try:
+            from py_mini_racer import _context
+
+            if _context._UNCANCELABLE_TASK_CALLBACK_ID != 0:
+                missing.append("py_mini_racer._context:_UNCANCELABLE_TASK_CALLBACK_ID == 0")
+        except (ImportError, AttributeError):
+            missing.append("py_mini_racer._context:_UNCANCELABLE_TASK_CALLBACK_ID")
+    try:
+        from py_mini_racer import init_mini_racer
+
+        dll = init_mini_racer(ignore_duplicate_init=True)
+        for native, arity in PRIVATE_NATIVE.items():
+            argtypes = getattr(getattr(dll, native, None), "argtypes", None)
+            if argtypes is None or len(argtypes) != arity:
+                missing.append(f"libmini_racer:{native}/{arity}")
+    except Exception as exc:  # noqa: BLE001 - whatever the library does, the answer is "missing"
+        missing.append(f"libmini_racer ({type(exc).__name__})")
+    if not missing:
+        return None
+    return "mini-racer's private surface moved: " + ", ".join(missing)
+
+
+def make_v8_engine(memory_mb: int, surface: str = "auto") -> V8Engine:
+    """The V8 engine of a worker: the fast private-surface engine, or the public-API one when
+    ``surface`` is "public" or the private surface is missing (``engine.fallback`` says why)."""
+    from bir.evaluator.engine_v8_public import PublicV8Engine
+
+    _init_v8(memory_mb)
+    if surface == "public":
+        return PublicV8Engine(memory_mb, why="forced by BIR_LOGIC_ENGINE_SURFACE=public")
+    gap = private_surface_gap()
+    if gap is None:
+        try:
+            return V8Engine(memory_mb)
+        except (AttributeError, TypeError, ImportError) as exc:
+            gap = f"mini-racer's private surface failed: {type(exc).__name__}: {bounded(str(exc), 200)}"
+    return PublicV8Engine(memory_mb, why=gap)
+
+
 class V8Engine:
     name = "v8"
+    # Why this engine runs on mini-racer's public API instead of its private surface, or None.
+    fallback: str | None = None
 
     def __init__(self, memory_mb: int) -> None:
         _init_v8(memory_mb)
@@ -73,8 +163,16 @@ class V8Engine:
         object.__setattr__(self._ctx, "_non_cancelable_mr_task_results_queue", self._queue)
         self._early: Callable[[int, Outcome], None] | None = None
         self._armed: tuple[int, str] | None = None
-        self._runner = "__bir_" + secrets.token_hex(16)
         self.version = str(self._ctx.v8_version())
+        self._set_up_realm()
+
+    def _set_up_realm(self) -> None:
+        """Strip and lock the realm (``realm.setup_script``) through this engine's ``_eval``.
+
+        Raises:
+            RuntimeError: the realm did not set up.
+        """
+        self._runner = "__bir_" + secrets.token_hex(16)
         self._defined: set[str] = set()
         self._syntax_may_queue: dict[str, bool] = {}
         status, value = self._eval(setup_script(self._runner), 30.0)

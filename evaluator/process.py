@@ -14,6 +14,7 @@ import signal
 import sys
 from typing import Final, Literal
 
+from bir.core import config
 from bir.core.log import log_event
 from bir.evaluator.wire import (
     PROTOCOL_VERSION,
@@ -32,6 +33,9 @@ STDERR_TAIL_BYTES: Final = 4096
 MAX_STDERR_LINES_LOGGED: Final = 20
 
 State = Literal["starting", "ready", "dead"]
+
+# Fallback reasons already logged by this process: an engine fallback is logged once, not per worker.
+_fallbacks_logged: set[tuple[str, str]] = set()
 
 
 class WorkerEvents:
@@ -99,12 +103,17 @@ class WorkerProcess:
         """Spawn and wait for the handshake.
 
         Raises:
-            RuntimeError: the worker did not start, or speaks another protocol version.
+            RuntimeError: the worker did not start, speaks another protocol version, or
+                ``BIR_LOGIC_ENGINE_SURFACE`` holds a value it cannot use.
         """
         loop = asyncio.get_running_loop()
         self._hello = loop.create_future()
         # Retrieved here so that a start abandoned part-way leaves no unretrieved exception behind.
         self._hello.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        try:
+            surface = config.get_str("BIR_LOGIC_ENGINE_SURFACE") or "auto"
+        except config.ConfigError as exc:
+            raise RuntimeError(str(exc)) from None
         command = [
             sys.executable,
             "-I",
@@ -117,6 +126,8 @@ class WorkerProcess:
             str(self._memory_mb),
             "--parent-pid",
             str(os.getpid()),
+            "--surface",
+            surface,
         ]
         transport, _ = await loop.subprocess_exec(
             lambda: _Protocol(self),
@@ -144,6 +155,11 @@ class WorkerProcess:
             raise RuntimeError(f"worker speaks protocol {hello.protocol}, the pool {PROTOCOL_VERSION}")
         self.state = "ready"
         self.baseline_rss = _rss(self.pid)
+        if hello.fallback is not None and (hello.engine, hello.fallback) not in _fallbacks_logged:
+            _fallbacks_logged.add((hello.engine, hello.fallback))
+            log_event(
+                "evaluator.engine_fallback", engine=hello.engine, version=hello.engine_version, why=hello.fallback
+            )
         return hello
 
     def send(self, message: ToWorker) -> bool:

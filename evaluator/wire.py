@@ -46,6 +46,8 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
     pid: int
     engine: str
     engine_version: str
+    # Why the engine runs on its library's public API instead of the private surface it prefers, or None.
+    fallback: str | None = None
 
 
 class Result(msgspec.Struct, tag="result", frozen=True):

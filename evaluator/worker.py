@@ -90,14 +90,14 @@ class _Channel:
             self._decoder.feed(data)
 
 
-def _make_engine(name: str, memory_mb: int) -> Engine:
+def _make_engine(name: str, memory_mb: int, surface: str = "auto") -> Engine:
     if name == "quickjs":
-        from bir.evaluator.engine_quickjs import QuickJSEngine
+        from bir.evaluator.engine_quickjs import make_quickjs_engine
 
-        return QuickJSEngine(memory_mb)
-    from bir.evaluator.engine_v8 import V8Engine
+        return make_quickjs_engine(memory_mb, surface)
+    from bir.evaluator.engine_v8 import make_v8_engine
 
-    return V8Engine(memory_mb)
+    return make_v8_engine(memory_mb, surface)
 
 
 def serve(channel: _Channel, engine: Engine, memory_mb: int) -> int:
@@ -179,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine", choices=("v8", "quickjs"), default="v8")
     parser.add_argument("--memory-mb", type=int, default=64)
     parser.add_argument("--parent-pid", type=int, default=0)
+    # "public" forces the engine's fallback onto its library's public API (BIR_LOGIC_ENGINE_SURFACE, for tests).
+    parser.add_argument("--surface", choices=("auto", "public"), default="auto")
     args = parser.parse_args(argv)
 
     _die_with_parent(args.parent_pid)
@@ -186,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     channel = _Channel(0, protocol_out)
-    engine = _make_engine(args.engine, args.memory_mb)
+    engine = _make_engine(args.engine, args.memory_mb, args.surface)
     answer_early = getattr(engine, "answer_early", None)
     if answer_early is not None:
         # A plain answer leaves from the isolate's thread the moment the engine call returns.
@@ -196,7 +198,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     _harden()
-    channel.send(Hello(protocol=PROTOCOL_VERSION, pid=os.getpid(), engine=engine.name, engine_version=engine.version))
+    channel.send(
+        Hello(
+            protocol=PROTOCOL_VERSION,
+            pid=os.getpid(),
+            engine=engine.name,
+            engine_version=engine.version,
+            fallback=getattr(engine, "fallback", None),
+        )
+    )
     try:
         code = serve(channel, engine, args.memory_mb)
     except (BrokenPipeError, ConnectionResetError):

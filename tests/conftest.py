@@ -1,4 +1,6 @@
-"""Every test runs with BIR_HOME in a temporary folder: no test touches the real home."""
+"""Every test runs with BIR_HOME in a temporary folder: no test touches the real home.
+
+Tests that run a real Claude Code ask for ``claude_binary`` (see ``tests/claude_host.py``)."""
 
 from __future__ import annotations
 
@@ -6,9 +8,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.peers import CLAUDE_CODE_VERSIONS, claude_code
+
 
 @pytest.fixture(autouse=True)
 def _bir_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path_factory.mktemp("bir_home")
     monkeypatch.setenv("BIR_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="session", params=CLAUDE_CODE_VERSIONS)
+def claude_binary(request: pytest.FixtureRequest) -> Path:
+    """A real Claude Code binary, once per version in ``CLAUDE_CODE_VERSIONS``, installed on first use.
+
+    A test that asks for it should carry ``pytest.mark.timeout(INSTALLING_TEST_TIMEOUT_S)``: the first
+    one installs (hundreds of MB from npm) inside its own time limit.
+    """
+    return claude_code(str(request.param))

@@ -1,8 +1,8 @@
 """``bir-proxy`` between real MCP peers: the official SDK client on one side, real servers on the other.
 
-The servers are installed once per session under ``<repo>/.peers/`` (gitignored):
+The servers are installed once under ``<repo>/.peers/`` (gitignored, see ``tests/peers.py``):
 ``@modelcontextprotocol/server-everything`` from npm and ``mcp-server-time`` from PyPI, in a venv of
-its own. A test is skipped only when its server cannot be installed (no registry), and says so.
+its own. A test whose server cannot be installed (no registry) fails, and says why.
 Where a test must see what the upstream itself received, the upstream command is wrapped in
 ``tee``, which copies the upstream's stdin to a file on the way.
 """
@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -31,14 +30,13 @@ from bir.hooks.discovery import write_discovery
 from bir.hooks.server import ControlServer
 from bir.hooks.work_queue import ProxyCallError, StepTimeoutError
 from bir.proxy.rewrite import CALL_ID_KEY
+from tests.paths import REPO
+from tests.peers import PEERS, npm_install, pip_install
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parents[2]
-PEERS = REPO / ".peers"
 EVERYTHING_VERSION = "2026.8.31"
 TIME_VERSION = "2026.10.19"
-_INSTALL_TIMEOUT_S = 300
 
 
 # -- the peers ----------------------------------------------------------------------------------
@@ -47,39 +45,19 @@ _INSTALL_TIMEOUT_S = 300
 @pytest.fixture(scope="session")
 def everything() -> list[str]:
     """The command of server-everything (stdio), installed from npm on first use."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is not installed: cannot run @modelcontextprotocol/server-everything")
     prefix = PEERS / f"npm-{EVERYTHING_VERSION}"
     entry = prefix / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node/npm are not installed: cannot run @modelcontextprotocol/server-everything")
-    if not entry.exists():
-        prefix.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(
-            [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
-             f"@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}"],
-            capture_output=True, text=True, timeout=_INSTALL_TIMEOUT_S, check=False,
-        )  # fmt: skip
-        if done.returncode != 0 or not entry.exists():
-            pytest.skip(f"the npm registry could not be reached to install server-everything: {done.stderr[-300:]}")
+    npm_install(prefix, f"@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}", entry)
     return [node, str(entry), "stdio"]
 
 
 @pytest.fixture(scope="session")
 def time_server() -> list[str]:
     """The command of mcp-server-time, installed from PyPI into its own venv on first use."""
-    venv = PEERS / f"time-{TIME_VERSION}"
-    script = venv / "bin" / "mcp-server-time"
-    if not script.exists():
-        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, check=False)
-        if made.returncode != 0:
-            pytest.skip(f"cannot create a venv for mcp-server-time: {made.stderr[-300:]!r}")
-        done = subprocess.run(
-            [str(venv / "bin" / "pip"), "install", "--quiet", f"mcp-server-time=={TIME_VERSION}"],
-            capture_output=True, text=True, timeout=_INSTALL_TIMEOUT_S, check=False,
-        )  # fmt: skip
-        if done.returncode != 0 or not script.exists():
-            pytest.skip(f"PyPI could not be reached to install mcp-server-time: {done.stderr[-300:]}")
-    return [str(script)]
+    return [str(pip_install(PEERS / f"time-{TIME_VERSION}", f"mcp-server-time=={TIME_VERSION}", "mcp-server-time"))]
 
 
 def _proxied(command: list[str], *options: str) -> StdioServerParameters:

@@ -1,0 +1,264 @@
+"""Run a real Claude Code binary (``claude -p``) offline in a temporary project (FACTS.md §2).
+
+The session sees a clean environment: its HOME, TMPDIR, CLAUDE_CODE_TMPDIR and XDG_RUNTIME_DIR are
+folders of the case, the model is the scripted fake at ``api_url``, and nonessential traffic is off
+(which alone keeps it from reaching outside; no network namespace is needed, and the fakes live on
+loopback in the test process). ``BIR_HOME`` is passed through so that bir's hooks and servers inside
+the session use the test's home.
+
+MCP servers connect in the background in ``-p`` mode, so a slow server (a Python one importing the MCP
+SDK takes about a second) may miss the first model request. ``MCP_CONNECTION_NONBLOCKING=false`` makes
+Claude Code wait for its servers before the first request; ``run_claude`` sets it unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TIMEOUT_S = 60.0
+TAIL_BYTES = 16 * 1024
+MAX_STDOUT_BYTES = 8 * 1024 * 1024
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class ClaudeRun:
+    """What one ``claude -p`` run left behind."""
+
+    exit_code: int
+    timed_out: bool
+    duration_s: float
+    session_id: str
+    # ``--output-format json``: the result object; ``stream-json``: the last line (the result event).
+    result: dict[str, Any] | None
+    # ``stream-json``: every event line; empty for ``json``.
+    events: list[dict[str, Any]]
+    stdout_tail: str
+    stderr_tail: str
+    home: Path
+    transcript_path: Path
+
+    def transcript(self) -> list[dict[str, Any]]:
+        """The transcript's lines (JSONL); empty when there is no file."""
+        if not self.transcript_path.exists():
+            return []
+        lines = self.transcript_path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def assistant_usage(self) -> dict[str, dict[str, Any]]:
+        """The usage of each assistant message in the transcript, once per ``message.id`` (FACTS.md §5)."""
+        usage: dict[str, dict[str, Any]] = {}
+        for line in self.transcript():
+            message = line.get("message")
+            if line.get("type") == "assistant" and isinstance(message, dict) and "usage" in message:
+                usage.setdefault(str(message.get("id")), message["usage"])
+        return usage
+
+    def describe(self) -> str:
+        """A bounded account of the run, for an assertion message."""
+        return (
+            f"claude exited {self.exit_code} (timed out: {self.timed_out}) after {self.duration_s:.1f}s\n"
+            f"result: {json.dumps(self.result)[:2000]}\nstdout tail: {self.stdout_tail[-2000:]}\n"
+            f"stderr tail: {self.stderr_tail[-2000:]}"
+        )
+
+
+def mangled(project_dir: Path) -> str:
+    """The transcript folder's name for a cwd: every non-alphanumeric character becomes ``-``."""
+    return re.sub(r"[^A-Za-z0-9]", "-", str(project_dir))
+
+
+def write_project(
+    project_dir: Path,
+    *,
+    mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    settings_local: Mapping[str, Any] | None = None,
+) -> Path:
+    """Create a project folder with ``.mcp.json`` and ``.claude/settings[.local].json`` as given."""
+    project_dir.mkdir(parents=True, exist_ok=True)
+    if mcp_servers is not None:
+        (project_dir / ".mcp.json").write_text(json.dumps({"mcpServers": mcp_servers}, indent=2), encoding="utf-8")
+    for name, content in (("settings.json", settings), ("settings.local.json", settings_local)):
+        if content is not None:
+            (project_dir / ".claude").mkdir(exist_ok=True)
+            (project_dir / ".claude" / name).write_text(json.dumps(content, indent=2), encoding="utf-8")
+    return project_dir
+
+
+def claude_home(case_dir: Path) -> Path:
+    """The HOME a run in ``case_dir`` gets (``run_claude`` makes it on first use)."""
+    return case_dir.resolve() / "claude-home"
+
+
+def write_local_mcp(case_dir: Path, project_root: Path, servers: Mapping[str, Mapping[str, Any]]) -> Path:
+    """Add local-scope MCP servers for ``project_root``, where ``claude mcp add -s local`` puts them.
+
+    That is ``$HOME/.claude.json`` (``$CLAUDE_CONFIG_DIR/.claude.json`` when set), key
+    ``projects[<absolute project root>].mcpServers``; inside a git repository the root is the repository's
+    top folder, not the cwd. Returns the file written.
+    """
+    config = claude_home(case_dir) / ".claude.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = json.loads(config.read_text(encoding="utf-8")) if config.exists() else {}
+    project = data.setdefault("projects", {}).setdefault(str(project_root.resolve()), {})
+    project.setdefault("mcpServers", {}).update({name: {"type": "stdio", **dict(s)} for name, s in servers.items()})
+    config.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return config
+
+
+def command_hook(command: str, *, matcher: str | None = None, timeout_s: int | None = None) -> dict[str, Any]:
+    """One matcher group with one command hook, as the ``hooks`` settings take it (``timeout`` is in seconds)."""
+    hook: dict[str, Any] = {"type": "command", "command": command}
+    if timeout_s is not None:
+        hook["timeout"] = timeout_s
+    group: dict[str, Any] = {"hooks": [hook]}
+    if matcher is not None:
+        group["matcher"] = matcher
+    return group
+
+
+def claude_env(case_home: Path, case_tmp: Path, api_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The clean environment of FACTS.md §2, plus the test's ``BIR_HOME`` and ``extra``."""
+    env = {
+        "PATH": PATH,
+        "HOME": str(case_home),
+        "USER": os.environ.get("USER", "root"),
+        "SHELL": "/bin/bash",
+        "TERM": "dumb",
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(case_tmp),
+        "CLAUDE_CODE_TMPDIR": str(case_tmp),
+        "XDG_RUNTIME_DIR": str(case_tmp),
+        "ANTHROPIC_BASE_URL": api_url,
+        "ANTHROPIC_API_KEY": "sk-test",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        # MCP tools in tools[] on 2.1.332 instead of deferred behind ToolSearch.
+        "ENABLE_TOOL_SEARCH": "false",
+        # Wait for the MCP servers before the first model request (see the module's doc).
+        "MCP_CONNECTION_NONBLOCKING": "false",
+    }
+    if "BIR_HOME" in os.environ:
+        env["BIR_HOME"] = os.environ["BIR_HOME"]
+    env.update(extra or {})
+    return env
+
+
+def run_claude(
+    binary: Path,
+    project_dir: Path,
+    prompt: str,
+    *,
+    api_url: str,
+    env_extra: Mapping[str, str] | None = None,
+    allowed_tools: Sequence[str] = (),
+    session_id: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    output_format: str = "json",
+    extra_args: Sequence[str] = (),
+    case_dir: Path | None = None,
+) -> ClaudeRun:
+    """Run ``claude -p prompt`` in ``project_dir`` and wait for it, killing its process group after ``timeout_s``.
+
+    The case folder (default: ``project_dir``'s parent) gets ``claude-home/`` (HOME), ``claude-tmp/``
+    and the run's ``claude-<session>.stdout``/``.stderr``; the tails kept are bounded.
+    """
+    project_dir = project_dir.resolve()
+    case = (case_dir or project_dir.parent).resolve()
+    home, tmp = claude_home(case), case / "claude-tmp"
+    home.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    session = session_id or str(uuid.uuid4())
+    args = [str(binary), "-p", prompt, "--output-format", output_format, "--session-id", session]
+    if output_format == "stream-json":
+        args.append("--verbose")
+    if allowed_tools:
+        args += ["--allowedTools", ",".join(allowed_tools)]
+    args += list(extra_args)
+    out_path, err_path = case / f"claude-{session}.stdout", case / f"claude-{session}.stderr"
+    started = time.monotonic()
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        process = subprocess.Popen(
+            args,
+            cwd=project_dir,
+            env=claude_env(home, tmp, api_url, env_extra),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,  # one group: a timeout kills claude with its MCP servers and hooks
+        )
+        timed_out = False
+        try:
+            exit_code = process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(process.pid)
+            exit_code = process.wait()
+        finally:
+            # Whatever the run left in its group (a stubborn MCP server, a hook) ends with it.
+            _kill_group(process.pid)
+    duration = time.monotonic() - started
+    stdout = _head_and_tail(out_path)
+    events = _json_lines(stdout) if output_format == "stream-json" else []
+    result = events[-1] if events else _json_object(stdout)
+    return ClaudeRun(
+        exit_code=exit_code,
+        timed_out=timed_out,
+        duration_s=duration,
+        session_id=session,
+        result=result,
+        events=events,
+        stdout_tail=stdout[-TAIL_BYTES:],
+        stderr_tail=_tail(err_path),
+        home=home,
+        transcript_path=home / ".claude" / "projects" / mangled(project_dir) / f"{session}.jsonl",
+    )
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _head_and_tail(path: Path) -> str:
+    """The file's text, or its last ``MAX_STDOUT_BYTES`` when larger."""
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - MAX_STDOUT_BYTES))
+        return f.read().decode("utf-8", "replace")
+
+
+def _tail(path: Path) -> str:
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - TAIL_BYTES))
+        return f.read().decode("utf-8", "replace")
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    found = []
+    for line in text.splitlines():
+        parsed = _json_object(line)
+        if parsed is not None:
+            found.append(parsed)
+    return found
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
