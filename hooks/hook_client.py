@@ -52,6 +52,10 @@ REVIVE_WAIT_S: Final = 1.0
 REVIVE_POLL_S: Final = 0.04
 LOG_MAX_BYTES: Final = 1024 * 1024
 _EMPTY: Final = "{}"
+USAGE: Final = (
+    "usage: bir-hook EVENT  (EVENT: " + ", ".join(ROUTES) + ")\n"
+    "Claude Code's command hook: reads the hook JSON on stdin, prints the control server's answer or {}.\n"
+)
 
 
 class HookFailure(Exception):
@@ -284,6 +288,10 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     """``bir-hook EVENT``: print the control server's answer, or ``{}``; always exit 0."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--help"], ["-h"]):
+        # A person asking; Claude Code always passes an event.
+        sys.stdout.write(USAGE)
+        return 0
     out = _EMPTY
     home: Path | None = None
     try:

@@ -408,3 +408,10 @@ def test_the_hooks_routes_match_the_control_planes_and_finish_inside_the_hook_ti
         _, timeout_s, answered_by_ms = api.HOOK_ROUTES[event]
         # Longer than the server's own deadline (its overdue answer still arrives), shorter than the hook's.
         assert answered_by_ms / 1000 < own_deadline_s < timeout_s
+
+
+def test_help_is_for_a_person_and_names_the_events() -> None:
+    done = subprocess.run([HOOK, "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0
+    assert done.stdout.startswith("usage: bir-hook EVENT")
+    assert "PreToolUse" in done.stdout
