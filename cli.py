@@ -33,9 +33,36 @@ def _build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="print one JSON document")
     rp.add_argument("--project", default=".", help="the project directory (default: the working directory)")
 
+    for name, helptext, replay_help in (
+        ("install", "wire bir into a project's Claude Code hooks and MCP servers", "also turn replay on"),
+        ("uninstall", "take bir out of a project, restoring what install changed", "only turn replay off"),
+    ):
+        cmd = sub.add_parser(name, help=helptext)
+        cmd.add_argument("--replay", action="store_true", help=replay_help)
+        cmd.add_argument("--project", default=".", help="the project directory (default: the working directory)")
+        cmd.add_argument("--json", action="store_true", help="print one JSON document describing what changed")
+
     cfg = sub.add_parser("config", help="the BIR_* variables")
     cfg.add_argument("--markdown", action="store_true", help="print the README's table")
     return parser
+
+
+def _install_command(args: argparse.Namespace) -> int:
+    import json
+
+    from bir.hooks.install import InstallError, describe, find_executables, install, uninstall
+
+    try:
+        if args.command == "install":
+            change = install(args.project, replay=args.replay, exes=find_executables())
+        else:
+            change = uninstall(args.project, replay_only=args.replay)
+    except InstallError as exc:
+        sys.stderr.write(f"bir {args.command}: {exc}\n")
+        return 1
+    text = json.dumps(change.to_json(), indent=2) if args.json else describe(change)
+    sys.stdout.write(text + "\n")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stderr.write(f"bir replay: {exc}\n")
                 return 2
             return asyncio.run(run_replay(replay_args))
+        if args.command in ("install", "uninstall"):
+            return _install_command(args)
         if args.command == "config":
             sys.stdout.write(markdown_table() + "\n")
             return 0

@@ -9,7 +9,6 @@ is treated as absent: a crashed server must not send clients to a port someone e
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ import psutil
 
 from bir.core import config
 from bir.core.log import log_event
+from bir.core.paths import project_key
 
 # A discovery file is a few hundred bytes; anything much larger is not ours.
 MAX_FILE_BYTES = 64 * 1024
@@ -39,9 +39,8 @@ _decoder = msgspec.json.Decoder(Discovery)
 
 
 def discovery_key(project_dir: str | os.PathLike[str]) -> str:
-    """The first 16 hex digits of the sha256 of the resolved project directory."""
-    resolved = str(Path(project_dir).expanduser().resolve())
-    return hashlib.sha256(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    """The first 16 hex digits of the sha256 of the resolved project directory (``bir.core.paths``)."""
+    return project_key(project_dir)
 
 
 def control_dir(home: Path | None = None) -> Path:

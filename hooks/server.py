@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import secrets
@@ -25,8 +26,9 @@ import anyio
 import uvicorn
 
 from bir import __version__
-from bir.core import config
-from bir.core.log import log_event
+from bir.core import config, installed
+from bir.core.log import log_event, log_to_file, logs_dir
+from bir.core.paths import project_key, server_lock
 from bir.hooks import api
 from bir.hooks.discovery import Discovery, pid_alive, read_discovery, remove_discovery, write_discovery
 from bir.hooks.routes import HookHandler, ReceivedStep, ScenarioRunner, SeenHello, StepHook, build_app
@@ -268,11 +270,48 @@ def _route_uvicorn_logs() -> None:
         logger.propagate = False
 
 
-async def _serve(project: Path, port: int) -> int:
+def take_server_lock(project: Path) -> int | None:
+    """Take the project's server lock (``<BIR_HOME>/control/<key>.lock``, ``flock``) and return its fd,
+    held for the process's life; None when another live process holds it. A dead holder's lock is
+    free: the kernel drops it with the process.
+
+    Raises:
+        OSError: the lock file cannot be created.
+    """
+    path = server_lock(config.home(), project)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+async def _serve(project: Path, port: int, *, quiet_if_running: bool = False) -> int:
+    lock = take_server_lock(project)
     existing = read_discovery(project)
-    if existing is not None and existing.pid != os.getpid():
-        sys.stderr.write(f"bir-hooks: a control server is already running for {project} (pid {existing.pid})\n")
+    if lock is None or (existing is not None and existing.pid != os.getpid()):
+        if lock is not None:
+            os.close(lock)
+        if quiet_if_running:
+            return 0
+        holder = f" (pid {existing.pid})" if existing is not None else ""
+        sys.stderr.write(f"bir-hooks: a control server is already running for {project}{holder}\n")
         return 1
+    try:
+        return await _serve_locked(project, port)
+    finally:
+        os.close(lock)
+
+
+async def _serve_locked(project: Path, port: int) -> int:
     server = ControlServer()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -294,12 +333,40 @@ async def _serve(project: Path, port: int) -> int:
     return 0
 
 
+def _revive(argv: Sequence[str]) -> int:
+    """``bir-hooks revive --project DIR``: what a hook starts, detached, for an installed project with
+    no live server. Exits 0 at once when the project is not installed, is marked down, or already has a
+    server; else serves, logging to ``<BIR_HOME>/logs/<key>.log``."""
+    parser = argparse.ArgumentParser(prog="bir-hooks revive", description="start the project's server if due")
+    parser.add_argument("--project", required=True, help="project directory")
+    parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free port)")
+    args = parser.parse_args(argv)
+    project = Path(args.project).resolve()
+    switches = installed.project(project)
+    if switches is None or switches.down or read_discovery(project) is not None:
+        return 0
+    log_to_file(logs_dir(config.home()) / f"{project_key(project)}.log")
+    log_event("control.revive", project=str(project), pid=os.getpid())
+    _route_uvicorn_logs()
+    try:
+        return asyncio.run(_serve(project, args.port, quiet_if_running=True))
+    except (OSError, RuntimeError, ValueError) as exc:
+        log_event("control.revive_failed", project=str(project), error=f"{type(exc).__name__}: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``bir-hooks``: serve the control server for the working directory until SIGTERM or SIGINT."""
+    """``bir-hooks [--project DIR] [--port N]``: serve the control server for a project until SIGTERM or
+    SIGINT; ``bir-hooks revive --project DIR``: the same, detached, only when an installed project needs it."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["revive"]:
+        return _revive(args_list[1:])
     parser = argparse.ArgumentParser(prog="bir-hooks", description="bir's control server for one project.")
     parser.add_argument("--project", default=".", help="project directory (default: the working directory)")
     parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free port)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     _route_uvicorn_logs()
     try:
         return asyncio.run(_serve(Path(args.project).resolve(), args.port))

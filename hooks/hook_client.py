@@ -1,0 +1,313 @@
+"""``bir-hook EVENT``: the command hook Claude Code runs for seven events.
+
+It reads the hook JSON on stdin, finds the project's control server through its discovery file,
+POSTs the body to the event's route with the bearer token and prints the answer. Whatever happens
+(no server, a refused connection, a timeout, a bad answer, bad stdin, ``BIR_OFF=1``) it prints one
+JSON object, ``{}`` at worst, and exits 0: the host session must never fail because of bir.
+Failures go to ``<BIR_HOME>/logs/hook.log``, never to stderr, which Claude Code may show the user.
+
+When an installed project (not marked down) has no live server, the hook starts
+``bir-hooks revive`` detached, at most once per ``REVIVE_EVERY_S``, and on SessionStart and
+UserPromptSubmit waits up to ``REVIVE_WAIT_S`` for it, so that a session's first prompt is still
+matched.
+
+Only the standard library is on this module's import path (``bir.core.config``, ``bir.core.log``,
+``bir.core.paths`` and ``bir.core.installed`` are standard-library only; a test holds them to it):
+every tool call of a session pays for this process's start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from bir.core import config, installed
+from bir.core.log import format_event
+from bir.core.paths import control_dir, discovery_file, pid_alive, resolve_project, revive_stamp
+
+# Per event: the control server's route and this client's own deadline for the whole exchange,
+# kept under the hook timeout `bir install` writes (§10) so Claude Code never has to kill the hook.
+ROUTES: Final[Mapping[str, tuple[str, float]]] = {
+    "SessionStart": ("/session/start", 3.0),
+    "UserPromptSubmit": ("/session/prompt", 8.5),
+    "PreToolUse": ("/tool/pre", 13.5),
+    "PostToolUse": ("/tool/post", 3.5),
+    "PostToolUseFailure": ("/tool/failure", 3.5),
+    "Stop": ("/session/stop", 3.5),
+    "SessionEnd": ("/session/end", 3.5),
+}
+# Events that wait for a revived server: the start of a session and its prompts are what get matched.
+WAITING_EVENTS: Final = frozenset({"SessionStart", "UserPromptSubmit"})
+
+MAX_STDIN_BYTES: Final = 16 * 1024 * 1024
+MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
+MAX_DISCOVERY_BYTES: Final = 64 * 1024
+REVIVE_EVERY_S: Final = 10.0
+REVIVE_WAIT_S: Final = 1.0
+REVIVE_POLL_S: Final = 0.04
+LOG_MAX_BYTES: Final = 1024 * 1024
+_EMPTY: Final = "{}"
+USAGE: Final = (
+    "usage: bir-hook EVENT  (EVENT: " + ", ".join(ROUTES) + ")\n"
+    "Claude Code's command hook: reads the hook JSON on stdin, prints the control server's answer or {}.\n"
+)
+
+
+class HookFailure(Exception):
+    """Why a hook printed ``{}``; its message goes to the hook log."""
+
+
+def _log(home: Path, **fields: Any) -> None:
+    """One ``hook.failed`` line in ``<BIR_HOME>/logs/hook.log``, rotated past ~1 MB. Never raises."""
+    try:
+        logs = home / "logs"
+        logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = logs / "hook.log"
+        line = (format_event("hook.failed", fields) + "\n").encode("utf-8", "replace")
+        try:
+            if path.stat().st_size + len(line) > LOG_MAX_BYTES:
+                os.replace(path, path.with_name("hook.log.1"))
+        except FileNotFoundError:
+            pass
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except Exception:  # noqa: BLE001 - a hook that cannot log still answers
+        return
+
+
+def read_body(stream: Any, limit: int = MAX_STDIN_BYTES) -> tuple[bytes, dict[str, Any]]:
+    """The raw hook body and its parsed object.
+
+    Raises:
+        HookFailure: more than ``limit`` bytes, not JSON, or not a JSON object.
+    """
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise HookFailure(f"stdin is larger than {limit} bytes")
+    try:
+        parsed = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise HookFailure(f"stdin is not JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise HookFailure("stdin is not a JSON object")
+    return data, parsed
+
+
+def project_dir(body: Mapping[str, Any], env: Mapping[str, str]) -> Path:
+    """``CLAUDE_PROJECT_DIR``, else the hook's ``cwd``, else the working directory; resolved."""
+    raw = env.get("CLAUDE_PROJECT_DIR") or body.get("cwd")
+    if not isinstance(raw, str) or not raw:
+        raw = os.getcwd()
+    return resolve_project(raw)
+
+
+def read_server(home: Path, project: Path) -> tuple[str, str] | None:
+    """The live control server's ``(url, token)``, or None (no file, unreadable, bad shape, dead pid)."""
+    try:
+        with discovery_file(home, project).open("rb") as handle:
+            data = handle.read(MAX_DISCOVERY_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_DISCOVERY_BYTES:
+        return None
+    try:
+        raw = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    url, token, pid = raw.get("url"), raw.get("token"), raw.get("pid")
+    if not (isinstance(url, str) and isinstance(token, str) and isinstance(pid, int)):
+        return None
+    return (url, token) if pid_alive(pid) else None
+
+
+def post(url: str, route: str, token: str, body: bytes, deadline: float) -> bytes:
+    """POST ``body`` to ``url + route`` and return the answer's body, all before ``deadline`` (monotonic).
+
+    Raises:
+        HookFailure: a bad URL, the connection failed or timed out, the answer was not 200 or too large.
+    """
+    # Imported here: a hook with no server to talk to never pays for them.
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise HookFailure(f"discovery URL is not http: {url[:200]!r}")
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HookFailure("deadline passed")
+        return remaining
+
+    path = (parts.path.rstrip("/") or "") + route
+    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=left())
+    try:
+        conn.request(
+            "POST",
+            path,
+            body=body,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        if conn.sock is not None:
+            conn.sock.settimeout(left())
+        response = conn.getresponse()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            if conn.sock is not None:
+                conn.sock.settimeout(left())
+            chunk = response.read(64 * 1024)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise HookFailure("answer is too large")
+            chunks.append(chunk)
+        if response.status != 200:
+            raise HookFailure(f"{route} answered {response.status}")
+        return b"".join(chunks)
+    except (OSError, http.client.HTTPException) as exc:
+        raise HookFailure(f"{route}: {type(exc).__name__}: {exc}") from None
+    finally:
+        conn.close()
+
+
+def answer_text(data: bytes) -> str:
+    """The answer as one compact JSON object.
+
+    Raises:
+        HookFailure: the answer is not a JSON object.
+    """
+    try:
+        parsed = json.loads(data)
+    except (ValueError, RecursionError):
+        raise HookFailure("answer is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise HookFailure("answer is not a JSON object")
+    return json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
+
+
+def hooks_command() -> list[str]:
+    """How to start ``bir-hooks`` of this installation: the script beside the interpreter or this
+    script, else ``python -m bir.hooks``."""
+    for folder in (Path(sys.executable).parent, Path(sys.argv[0]).resolve().parent if sys.argv[0] else None):
+        if folder is not None:
+            candidate = folder / "bir-hooks"
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return [str(candidate)]
+    import shutil
+
+    found = shutil.which("bir-hooks")
+    return [found] if found else [sys.executable, "-m", "bir.hooks"]
+
+
+def revive(home: Path, project: Path, now: float | None = None) -> bool:
+    """Start ``bir-hooks revive --project PROJECT`` detached, unless one was started within
+    ``REVIVE_EVERY_S``; True if started.
+
+    Raises:
+        OSError: the stamp or the process could not be made.
+    """
+    stamp = revive_stamp(home, project)
+    now = time.time() if now is None else now
+    try:
+        if now - stamp.stat().st_mtime < REVIVE_EVERY_S:
+            return False
+    except FileNotFoundError:
+        pass
+    folder = control_dir(home)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.close(fd)
+    os.utime(stamp, (now, now))
+    import subprocess
+
+    subprocess.Popen(
+        [*hooks_command(), "revive", "--project", str(project)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+        start_new_session=True,
+        cwd=str(project) if project.is_dir() else "/",
+    )
+    return True
+
+
+def _wait_for_server(home: Path, project: Path, until: float) -> tuple[str, str] | None:
+    while True:
+        server = read_server(home, project)
+        if server is not None or time.monotonic() >= until:
+            return server
+        time.sleep(REVIVE_POLL_S)
+
+
+def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> str:
+    """The JSON object the hook prints for ``argv`` (its EVENT) and ``stdin``.
+
+    Raises:
+        HookFailure: why the answer is ``{}`` (the caller logs it).
+    """
+    start = time.monotonic()
+    if len(argv) != 1 or argv[0] not in ROUTES:
+        raise HookFailure(f"unknown event {' '.join(argv)[:100]!r}")
+    event = argv[0]
+    route, budget = ROUTES[event]
+    deadline = start + budget
+    body, parsed = read_body(stdin)
+    project = project_dir(parsed, env)
+    server = read_server(home, project)
+    if server is None:
+        switches = installed.project(project, home)
+        if switches is None or switches.down:
+            return _EMPTY
+        try:
+            revive(home, project)
+        except OSError as exc:
+            raise HookFailure(f"revive failed: {exc}") from None
+        if event not in WAITING_EVENTS:
+            return _EMPTY
+        server = _wait_for_server(home, project, min(deadline, time.monotonic() + REVIVE_WAIT_S))
+        if server is None:
+            raise HookFailure("no control server came up in time")
+    url, token = server
+    return answer_text(post(url, route, token, body, deadline))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``bir-hook EVENT``: print the control server's answer, or ``{}``; always exit 0."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--help"], ["-h"]):
+        # A person asking; Claude Code always passes an event.
+        sys.stdout.write(USAGE)
+        return 0
+    out = _EMPTY
+    home: Path | None = None
+    try:
+        home = config.home()
+        if not config.get_flag("BIR_OFF"):
+            out = run(args, sys.stdin.buffer, os.environ, home)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes `{}` and a log line
+        _log(home or Path("~/.baseinstrunner").expanduser(), hook=" ".join(args)[:100], error=str(exc)[:1000])
+        out = _EMPTY
+    try:
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - a closed stdout is Claude Code's business, not a reason to fail
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
