@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-from bir.core import config
+from bir.core import config, installed
 from bir.core.service import ServiceClient
 from bir.evaluator import EvaluatorPool
 from bir.hooks.controller import Controller, Switches
@@ -22,13 +22,26 @@ from bir.hooks.server import ControlServer
 OFF_FILE_NAME = "off"
 
 
-def read_switches(server: ControlServer) -> Callable[[], Switches]:
-    """The project's switches, read at each use so a flip reaches a running server without a restart."""
+def read_switches(server: ControlServer, project: Path) -> Callable[[], Switches]:
+    """The project's switches, read at each use so a flip reaches a running server without a restart.
+
+    Replay is on only where ``bir install --replay`` stored it on (D14) and ``BIR_REPLAY`` is not ``0``;
+    the allowlist is ``BIR_REPLAY_ALLOW_SERVERS``, else the project's stored one.
+    """
 
     def read() -> Switches:
         off = bool(config.get_flag("BIR_OFF")) or (config.home() / OFF_FILE_NAME).exists()
+        try:
+            stored = installed.project(project)
+        except installed.StoreError:
+            stored = None
+        replay = config.get_flag("BIR_REPLAY") is not False and stored is not None and stored.replay
+        # The proxies pace their polls by the same switch (§16.2).
+        server.replay_enabled = replay
         allow = config.get_list("BIR_REPLAY_ALLOW_SERVERS")
-        return Switches(off=off, replay=server.replay_enabled, allow=frozenset(allow) if allow is not None else None)
+        if allow is None and stored is not None and stored.allow is not None:
+            allow = tuple(stored.allow)
+        return Switches(off=off, replay=replay, allow=frozenset(allow) if allow is not None else None)
 
     return read
 
@@ -55,9 +68,10 @@ async def live_controller(
             service=service,
             recorder=recorder,
             reports=outbox,
-            switches=switches or read_switches(server),
+            switches=switches or read_switches(server, project),
             delivery_live=server.delivery_tool_live,
         )
+        controller.switches()
         server.hook_handler = controller
         server.scenario_runner = controller.run_scenario
         server.on_step = controller.on_step
