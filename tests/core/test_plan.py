@@ -782,3 +782,32 @@ def test_only_an_is_error_result_reads_as_a_tool_error() -> None:
     assert tool_error_of('{"stdout": "isError", "x": 1}') is None
     assert tool_error_of('{"isError": true}') == "the tool reported an error"
     assert tool_error_of('not json "isError"') is None
+
+
+# -- the injection guard where values are used (§13.2 mitigation 6) ----------------------------------
+
+
+async def test_a_derived_value_the_injection_guard_refuses_hands_over_before_any_step(pool: EvaluatorPool) -> None:
+    plan = make_plan(pool, "fleet-mixed.json", {**MIXED_PARAMS, "region": "eu-west-1; rm -rf ~"})
+    executor = Executor()
+
+    with pytest.raises(PlanError) as caught:
+        await plan.ready()
+    result = await plan.compose_bundle(60_000, executor)
+
+    assert executor.calls == []
+    assert caught.value.stage == "params"
+    assert caught.value.refused_as_unsafe
+    assert caught.value.note is not None
+    assert "refused as unsafe" in caught.value.note
+    assert result.note == caught.value.note
+    assert statuses(plan) == [(0, "failed", "params")]
+
+
+async def test_a_plan_whose_values_pass_the_guard_is_not_marked_unsafe(pool: EvaluatorPool) -> None:
+    plan = make_plan(pool, "fleet-mixed.json", {**MIXED_PARAMS, "region": None})
+
+    with pytest.raises(PlanError) as caught:
+        await plan.ready()
+
+    assert not caught.value.refused_as_unsafe

@@ -251,3 +251,41 @@ async def test_a_running_control_server_is_used_with_the_proxies_it_already_has(
     assert code == EXIT_OK
     assert doc["responseModel"]["device"] == _riskiest("ap-southeast-2")
     assert _proxy_processes() == []
+
+
+async def test_a_missing_target_note_lists_every_step_as_not_run(tmp_path: Path) -> None:
+    code, doc, _ = await _replay(_args(FIXTURES / "fleet-direct.json", project=tmp_path, wrap=False))
+    assert code == EXIT_MISSING_TARGET
+    rest = doc["note"].split("The rest of the plan:")[1]
+    assert "1. mcp__fleet__list_devices" in rest
+    assert "2. mcp__fleet__get_device" in rest
+
+
+async def test_the_mode_follows_the_servers_that_are_wrapped(tmp_path: Path) -> None:
+    code, doc, _ = await _replay(
+        _args(FIXTURES / "fleet-direct.json", params={"region": "eu-west-1"}, project=tmp_path)
+    )
+    assert code == EXIT_OK
+    assert doc["mode"] == "direct"
+    code, doc, _ = await _replay(_args(FIXTURES / "fleet-mixed.json", params={"region": "eu-west-1"}, project=tmp_path))
+    assert doc["mode"] == "steer"  # Read and Bash run only inside a session
+    args = _args(FIXTURES / "fleet-direct.json", params={"region": "eu-west-1"}, project=tmp_path, wrap=False)
+    code, doc, _ = await _replay(args)
+    assert doc["mode"] == "steer"  # nothing wrapped, no control server
+
+
+async def test_the_mode_follows_what_a_running_control_server_serves(tmp_path: Path) -> None:
+    args = _args(FIXTURES / "fleet-direct.json", params={"region": "eu-west-1"}, project=tmp_path, wrap=False)
+    async with _running_control_server(tmp_path):
+        code, doc, _ = await _replay(args)
+    assert code == EXIT_OK
+    assert doc["mode"] == "direct"
+
+
+async def test_a_value_the_injection_guard_refuses_hands_over_before_any_step_runs(tmp_path: Path) -> None:
+    code, doc, _ = await _replay(
+        _args(FIXTURES / "fleet-mixed.json", params={"region": "eu-west-1;rm -rf ~"}, project=tmp_path)
+    )
+    assert code == EXIT_STOPPED
+    assert doc["steps"] == []
+    assert "refused as unsafe" in doc["note"]
