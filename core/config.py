@@ -34,6 +34,8 @@ class Variable:
     ceiling: int | float | None = None
     floor: int | float | None = None
     choices: tuple[str, ...] = ()
+    # A secret is never passed on to a process bir starts (a proxy, an upstream server).
+    secret: bool = False
 
 
 _VARS: tuple[Variable, ...] = (
@@ -165,8 +167,10 @@ _VARS: tuple[Variable, ...] = (
     ),
     Variable("BIR_SCENARIO_DEBUG", "flag", False, "`1` makes run_scenario return raw reasons as isError."),
     Variable("BIR_AUTH_URL", "str", None, "Base URL of the BaseIn service."),
-    Variable("BIR_TOKEN", "str", None, "Bearer token for the BaseIn service (else the stored sign-in)."),
-    Variable("BIR_DERIVE_API_KEY", "str", None, "Anthropic API key used only for parameter derivation."),
+    Variable(
+        "BIR_TOKEN", "str", None, "Bearer token for the BaseIn service (else the stored sign-in).", secret=True
+    ),
+    Variable("BIR_DERIVE_API_KEY", "str", None, "Anthropic API key used only for parameter derivation.", secret=True),
     Variable("BIR_USE_ANTHROPIC_API_KEY", "flag", False, "`1` lets derivation use ANTHROPIC_API_KEY."),
     Variable("BIR_DERIVE_MODEL", "str", "claude-haiku-4-5-20251001", "Model of the derivation call."),
     Variable(
@@ -178,6 +182,7 @@ _VARS: tuple[Variable, ...] = (
 )
 
 VARIABLES: Mapping[str, Variable] = {v.name: v for v in _VARS}
+SECRETS: frozenset[str] = frozenset(v.name for v in _VARS if v.secret)
 
 _clamped_lock = threading.Lock()
 _clamped_logged: set[tuple[str, str]] = set()
@@ -282,6 +287,15 @@ def home(env: Mapping[str, str] | None = None) -> Path:
     """``BIR_HOME``, or ``~/.baseinstrunner``."""
     raw = _raw("BIR_HOME", env)
     return Path(raw if raw is not None else "~/.baseinstrunner").expanduser()
+
+
+def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` minus bir's own secrets (``SECRETS``): what a process bir starts is given.
+
+    ``ANTHROPIC_API_KEY`` is kept: a host merges a server entry's own ``env`` into the one it passes,
+    so a proxy cannot tell a key the entry set for its server from one it merely inherited.
+    """
+    return {name: value for name, value in env.items() if name not in SECRETS}
 
 
 def clamp(name: str, value: float) -> float:

@@ -71,6 +71,9 @@ STEER_CLOSING_TAIL: Final = (
     "Do not call any other tools until this sequence is complete, then answer the user's request from the tool results."
 )
 
+# ``PlanError.reason`` when the injection guard refused a derived value.
+UNSAFE_VALUE: Final = "unsafe_value"
+
 _READS_RESP_PARAMS = re.compile(r"\brespParams\b")
 
 
@@ -152,6 +155,11 @@ class PlanError(Exception):
         self.step_index = step_index
         self.tool_name = tool_name
         self.reason = reason
+
+    @property
+    def refused_as_unsafe(self) -> bool:
+        """True when the injection guard refused a derived value (a controller declines as ``missing_target``)."""
+        return self.reason == UNSAFE_VALUE
 
     def __repr__(self) -> str:
         return f"PlanError(stage={self.stage!r}, position={self.position!r}, message={self.message[:80]!r})"
@@ -426,7 +434,7 @@ class ScenarioReplayPlan:
 
         Raises:
             PlanError: stage ``params``: derivation failed or answered no object, a target has no value,
-                or ``paramsLogic`` failed. The plan is then stopped, the verdict booked on its first step.
+                a derived value fails the injection guard (``refused_as_unsafe``), or ``paramsLogic`` failed. The plan is then stopped, the verdict booked on its first step.
             PlanError: the same error again, after a logic failure stopped the plan.
             PlanStateError: the plan was stopped by ``hand_over`` before its parameters were ready.
         """
@@ -446,6 +454,10 @@ class ScenarioReplayPlan:
                 self._derived = dict(derived)
                 self._fail_params(f"no value was found for the target parameter {names}", None)
             self._derived = dict(derived)
+            # The injection guard (§13.2 mitigation 6) where the values are used: before any body reads them.
+            safety = check_derived_values(self.scenario, self._derived)
+            if not safety.ok:
+                self._fail_params(f"a derived value was refused as unsafe ({safety.reason})", UNSAFE_VALUE)
             try:
                 self._params = await eval_params_logic(self._pool, self.scenario, self._derived)
             except LogicError as exc:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from bir import __version__
+from bir.core import config
 from bir.core.framing import NEED_DATA, LineSplitter, LineTooLong
 from bir.core.log import log_event
 
@@ -175,8 +176,8 @@ class ProxyHost:
 
 
 def proxy_environment(bir_home: Path) -> dict[str, str]:
-    """The proxy inherits this environment (its upstream needs PATH and the like), with BIR_HOME
-    pointing at the in-process control server's own discovery folder."""
-    env = dict(os.environ)
+    """This process's environment (the upstream needs PATH and the like) minus bir's own secrets, with
+    BIR_HOME pointing at the control server's discovery folder."""
+    env = config.without_secrets(os.environ)
     env["BIR_HOME"] = str(bir_home)
     return env
