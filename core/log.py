@@ -24,7 +24,6 @@ MAX_LINE_CHARS = 16_000
 MAX_FILE_BYTES: Final = 5 * 1024 * 1024
 
 
-
 class _Sink(Protocol):
     def write(self, text: str, /) -> int: ...
 

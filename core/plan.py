@@ -434,7 +434,8 @@ class ScenarioReplayPlan:
 
         Raises:
             PlanError: stage ``params``: derivation failed or answered no object, a target has no value,
-                a derived value fails the injection guard (``refused_as_unsafe``), or ``paramsLogic`` failed. The plan is then stopped, the verdict booked on its first step.
+                a derived value fails the injection guard (``refused_as_unsafe``), or ``paramsLogic`` failed.
+                The plan is then stopped, the verdict booked on its first step.
             PlanError: the same error again, after a logic failure stopped the plan.
             PlanStateError: the plan was stopped by ``hand_over`` before its parameters were ready.
         """

@@ -33,13 +33,19 @@ class HostSessionError(RuntimeError):
 
 
 class ProxyHost:
-    """One ``bir-proxy`` subprocess wrapping ``command`` as server ``name``, with this process as its host."""
+    """One ``bir-proxy`` subprocess wrapping ``command`` as server ``name``, with this process as its host.
 
-    def __init__(self, name: str, command: str, *, project: Path, env: Mapping[str, str]) -> None:
+    ``log_path``, when given, receives the proxy's stderr (its JSON log lines, and its upstream's stderr).
+    """
+
+    def __init__(
+        self, name: str, command: str, *, project: Path, env: Mapping[str, str], log_path: Path | None = None
+    ) -> None:
         self.name = name
         self.command = command
         self._project = project
         self._env = dict(env)
+        self._log_path = log_path
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self._initialized: asyncio.Future[dict[str, object]] | None = None
@@ -71,14 +77,21 @@ class ProxyHost:
             "--",
             *upstream,
         ]
-        self._process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=None,
-            env=self._env,
-            cwd=str(self._project),
-        )
+        log_fd = self._open_log()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log_fd,  # None: ours; else the log file, for the proxy and the upstream it starts
+                env=self._env,
+                cwd=str(self._project),
+            )
+        except OSError as exc:
+            raise HostSessionError(f"--wrap {self.name}: cannot start bir-proxy: {exc.strerror or exc}") from None
+        finally:
+            if log_fd is not None:
+                os.close(log_fd)  # the child holds its own copy
         loop = asyncio.get_running_loop()
         self._initialized = loop.create_future()
         self._reader = loop.create_task(self._read())
@@ -100,6 +113,20 @@ class ProxyHost:
             raise HostSessionError(f"{self.name} did not answer initialize within {INITIALIZE_TIMEOUT_S:g} s") from None
         self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return result
+
+    def _open_log(self) -> int | None:
+        """An append-only descriptor on ``log_path`` (0600), or None to leave the proxy our stderr.
+
+        Raises:
+            HostSessionError: the log file cannot be opened.
+        """
+        if self._log_path is None:
+            return None
+        try:
+            self._log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as exc:
+            raise HostSessionError(f"cannot open the log {self._log_path}: {exc.strerror or exc}") from None
 
     def _send(self, message: dict[str, object]) -> None:
         assert self._process is not None
