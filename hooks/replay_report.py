@@ -30,6 +30,7 @@ EXIT_INTERRUPTED: Final = 130
 INPUT_CHARS: Final = 300
 OUTPUT_CHARS: Final = 800
 OUTPUT_LINES: Final = 12
+LINE_CHARS: Final = 240
 JSON_OUTPUT_CHARS: Final = 20_000
 
 Outcome = Literal["done", "dry", "missing_target", "stopped", "response_failed"]
@@ -80,12 +81,29 @@ class ReplayReport:
 # -- the operator's account -----------------------------------------------------------------------------
 
 
-def readable_output(output: str) -> str:
-    """A tool's answer as a person reads it: an MCP ``CallToolResult``'s text content as text, anything else as is."""
+def _loads(text: str) -> object:
     try:
-        value = json.loads(output)
+        return json.loads(text)
     except (ValueError, RecursionError):
-        return output
+        return None
+
+
+def _readable_text(text: str) -> str:
+    """Text as is; text that is a JSON list shows one item a line, so a list of records reads as rows."""
+    value = _loads(text) if text.lstrip()[:1] == "[" else None
+    if isinstance(value, list):
+        return "\n".join(_compact(item) for item in value)
+    return text
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def readable_output(output: str) -> str:
+    """A tool's answer as a person reads it: an MCP ``CallToolResult``'s text content as text (a JSON list
+    one item a line), anything else as is."""
+    value = _loads(output)
     if not isinstance(value, dict) or not isinstance(value.get("content"), list):
         return output
     parts: list[str] = []
@@ -93,10 +111,11 @@ def readable_output(output: str) -> str:
         if not isinstance(item, dict):
             continue
         if item.get("type") == "text" and isinstance(item.get("text"), str):
-            parts.append(item["text"])
+            parts.append(_readable_text(item["text"]))
         else:
             parts.append(f"[{item.get('type', 'content')} content]")
-    return "\n".join(parts)
+    text = "\n".join(parts)
+    return f"(the tool reported an error) {text}" if value.get("isError") is True else text
 
 
 def _one_line(value: object, limit: int) -> str:
@@ -113,7 +132,7 @@ def _block(text: str, indent: str) -> list[str]:
     shown = lines[:OUTPUT_LINES]
     if len(lines) > OUTPUT_LINES:
         shown.append(f"… ({len(lines) - OUTPUT_LINES} more lines)")
-    return [indent + line for line in shown]
+    return [indent + cut(line, LINE_CHARS) for line in shown]
 
 
 def _step_lines(step: StepOutcome, count: int) -> list[str]:
@@ -189,7 +208,9 @@ def render_text(report: ReplayReport) -> str:
     lines.append(outcome_sentence(report))
     if report.response is not None:
         lines.append("Response model:")
-        lines.extend(_block(json.dumps(redact(report.response), ensure_ascii=False, indent=2), "  "))
+        shown = redact(dict(report.response))
+        rows = [f"{name}: {_compact(value)}" for name, value in shown.items()] if isinstance(shown, dict) else []
+        lines.extend(_block("\n".join(rows) or "(empty)", "  "))
     return "\n".join(lines)
 
 
