@@ -56,7 +56,7 @@ def json_lines(text: str) -> list[dict[str, object]]:
     return found
 
 
-def test_the_main_job_prints_a_readable_account_and_no_log_line(tmp_path: Path, _bir_home: Path) -> None:
+def test_the_main_job_prints_a_readable_account_and_no_log_line(tmp_path: Path) -> None:
     done = bir(*MAIN_JOB, cwd=tmp_path)
 
     assert done.returncode == 0, done.stderr
@@ -65,10 +65,11 @@ def test_the_main_job_prints_a_readable_account_and_no_log_line(tmp_path: Path, 
     assert done.stdout.count("mcp__fleet__list_devices") == 1
     assert done.stdout.count("mcp__fleet__get_device") == 1
     assert '{"id": "dev-009", "name": "eu-west-1-camera-03", "risk": 94}' in done.stdout  # text, not escaped JSON
-    assert "\\\"" not in done.stdout
+    assert '\\"' not in done.stdout
     assert "Done: all 2 steps ran." in done.stdout
     assert "[BaseInstRunner calculated replay]" not in done.stdout
-    events = {line["event"] for line in json_lines((_bir_home / "logs" / "replay.log").read_text())}
+    log = Path(os.environ["BIR_HOME"]) / "logs" / "replay.log"
+    events = {line["event"] for line in json_lines(log.read_text())}
     # This process, the in-process control server, and the bir-proxy child all logged to the file.
     assert {"replay.finished", "control.started", "proxy.registered", "proxy.upstream_started"} <= events
 
