@@ -208,8 +208,10 @@ def render_text(report: ReplayReport) -> str:
     lines.append(outcome_sentence(report))
     if report.response is not None:
         lines.append("Response model:")
-        shown = redact(dict(report.response))
-        rows = [f"{name}: {_compact(value)}" for name, value in shown.items()] if isinstance(shown, dict) else []
+        response: object = redact(dict(report.response))
+        rows: list[str] = []
+        if isinstance(response, dict):
+            rows = [f"{name}: {_compact(value)}" for name, value in response.items()]
         lines.extend(_block("\n".join(rows) or "(empty)", "  "))
     return "\n".join(lines)
 
