@@ -46,7 +46,7 @@ from bir.core.redact import redact_text
 from bir.core.safety import check_derived_values
 from bir.core.source_run import RecordedOutputs, SourceRun
 from bir.core.tool_kinds import SHELL_TOOLS
-from bir.core.truncate import cut
+from bir.core.truncate import cut, one_line
 from bir.core.types import Scenario, ScenarioStep
 
 TAG: Final = "[BaseInstRunner calculated replay]"
@@ -226,13 +226,9 @@ def reads_resp_params(step: ScenarioStep) -> bool:
     return bool(_READS_RESP_PARAMS.search(step.tool_input_logic or ""))
 
 
-def _one_line(text: str, limit: int) -> str:
-    return cut(" ".join(text.split()), limit)
-
-
 def _reason(text: str) -> str:
     """An executor's reason as the note quotes it: one line, bounded, without a closing full stop."""
-    return _one_line(text, MAX_TOOL_ERROR_CHARS).rstrip(" .")
+    return one_line(text, MAX_TOOL_ERROR_CHARS).rstrip(" .")
 
 
 def _ms_since(start: float | None) -> int | None:
@@ -368,7 +364,7 @@ class ScenarioReplayPlan:
         """The text that arms the plan: ``run_scenario`` once for a direct plan (§6.4), the ordered tool
         list with the arguments known now for a steer plan (§7). Redacted, and within ``MAX_DIRECTIVE_CHARS``.
         """
-        intent = _one_line(redact_text(self.scenario.intent), MAX_INTENT_CHARS)
+        intent = one_line(redact_text(self.scenario.intent), MAX_INTENT_CHARS)
         if self.mode == "direct":
             opening = f"{TAG} A known-good tool sequence was recorded for this request"
             head = (opening + (f" (intent: {intent})." if intent else ".")) + (
