@@ -216,7 +216,7 @@ async def _measure_pools(
                 "callers": callers,
                 "calls_per_s": await _saturate(pool, batch, counts.throughput, callers),
             }
-        stats["one_worker"] = pool.stats()
+        stats["one_worker"] = pool.stats().as_dict()
 
     async with EvaluatorPool(workers=workers, max_jobs=BENCH_MAX_JOBS, engine="v8") as pool:
         callers = counts.callers_per_worker * workers
@@ -228,7 +228,7 @@ async def _measure_pools(
                 "calls": counts.throughput,
                 "calls_per_s": await _saturate(pool, batch, counts.throughput, callers),
             }
-        stats["all_workers"] = pool.stats()
+        stats["all_workers"] = pool.stats().as_dict()
 
     default_run: dict[str, Any] | None = None
     if counts.recycle_calls > 0:
@@ -239,17 +239,17 @@ async def _measure_pools(
             default_run = {
                 "max_jobs": pool.max_jobs,
                 **_latency(samples),
-                "recycled": pool_stats["recycled"],
-                "cold_waits": pool_stats["cold_waits"],
+                "recycled": pool_stats.recycled,
+                "cold_waits": pool_stats.cold_waits,
             }
-            stats["default_max_jobs"] = pool_stats
+            stats["default_max_jobs"] = pool_stats.as_dict()
 
     quickjs: dict[str, Any] | None = None
     if counts.quickjs_calls > 0:
         async with EvaluatorPool(workers=1, max_jobs=BENCH_MAX_JOBS, engine="quickjs") as pool:
             await _sequential(pool, calls[MIX], 2 * len(calls[MIX]))
             quickjs = _latency(await _sequential(pool, calls[MIX], counts.quickjs_calls))
-            stats["quickjs"] = pool.stats()
+            stats["quickjs"] = pool.stats().as_dict()
 
     return {"one": one, "all": every, "default_max_jobs": default_run, "quickjs": quickjs, "stats": stats}
 
