@@ -34,6 +34,7 @@ from typing import Any, Final
 import msgspec
 
 from bir.benchmarks.corpus import CASES, MIX, Case
+from bir.benchmarks.stats import percentile
 from bir.core import config
 from bir.core.errors import LogicError
 from bir.evaluator.bench_floor import FloorCase, FloorReply, FloorRequest
@@ -289,14 +290,12 @@ async def _saturate(pool: EvaluatorPool, batch: Sequence[_Call], n: int, callers
 
 
 def percentiles(samples_ns: Sequence[int]) -> tuple[float, float, float]:
-    """p50, p90 and p99 of ``samples_ns`` in microseconds (0.0 for no samples)."""
+    """p50, p90 and p99 of ``samples_ns`` in microseconds, nearest rank (0.0 for no samples)."""
     if not samples_ns:
         return 0.0, 0.0, 0.0
-    if len(samples_ns) == 1:
-        only = samples_ns[0] / 1000
-        return only, only, only
-    cuts = statistics.quantiles(samples_ns, n=100, method="inclusive")
-    return cuts[49] / 1000, cuts[89] / 1000, cuts[98] / 1000
+    ordered = sorted(samples_ns)
+    p50, p90, p99 = (percentile(ordered, fraction) / 1000 for fraction in (0.50, 0.90, 0.99))
+    return p50, p90, p99
 
 
 def _latency(samples_ns: Sequence[int]) -> dict[str, Any]:
