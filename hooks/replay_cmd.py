@@ -34,7 +34,9 @@ from bir.core.handover import Stop, handover_note
 from bir.core.log import log_event
 from bir.core.logic import eval_tool_input_logic
 from bir.core.outcome import StepVerdict
-from bir.core.plan import PlanError, ScenarioReplayPlan, StepRan, StepResult, reads_resp_params
+from bir.core.directive import reads_resp_params
+from bir.core.plan import PlanError, ScenarioReplayPlan
+from bir.core.step_result import StepRan, StepResult
 from bir.core.redact import redact_text
 from bir.core.service import ServiceClient, ServiceError
 from bir.core.types import PayloadError, Scenario, ScenarioStep, parse_scenario

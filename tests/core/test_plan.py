@@ -17,6 +17,7 @@ from bir.core.outcome import StepVerdict
 from bir.core.plan import (
     MAX_DIRECTIVE_CHARS,
     PlanError,
+    PlanState,
     PlanStateError,
     ScenarioReplayPlan,
     StepNoAnswer,
@@ -811,3 +812,38 @@ async def test_a_plan_whose_values_pass_the_guard_is_not_marked_unsafe(pool: Eva
         await plan.ready()
 
     assert not caught.value.refused_as_unsafe
+
+
+# -- the state value ----------------------------------------------------------------------------------
+
+
+async def test_the_plan_state_moves_from_arming_to_done_one_hook_at_a_time(pool: EvaluatorPool) -> None:
+    plan = make_plan(pool, "fleet-direct.json", mode="steer")
+    assert plan.state is PlanState.ARMING
+    await plan.ready()
+    assert plan.state is PlanState.READY
+    await plan.tool_input_for_current_step()
+    await plan.apply_output(LIST_RESULT)
+    assert plan.state is PlanState.STEERING
+    await plan.tool_input_for_current_step()
+    await plan.apply_output(DEVICE_RESULT)
+    assert plan.state is PlanState.DONE
+
+
+async def test_the_plan_is_composing_while_its_bundle_runs_and_stopped_after_a_hand_over(
+    pool: EvaluatorPool,
+) -> None:
+    plan = make_plan(pool, "fleet-direct.json")
+    seen: list[PlanState] = []
+
+    async def execute(step: ScenarioStep, tool_input: dict[str, Any]) -> StepResult:
+        seen.append(plan.state)
+        if step.tool_name == "mcp__fleet__get_device":
+            return StepNoAnswer("no answer in 60 s")
+        return StepRan(LIST_RESULT)
+
+    await plan.compose_bundle(60_000, execute)
+
+    assert seen == [PlanState.COMPOSING, PlanState.COMPOSING]
+    assert plan.state is PlanState.STOPPED
+    assert plan.stopped
