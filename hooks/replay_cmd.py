@@ -30,15 +30,15 @@ from bir.core import config
 from bir.core.bundle import MAX_REPLAY_REASON
 from bir.core.coverage import ReplayMode, mode_for
 from bir.core.derive import derive_parameters, resolve_api_key
+from bir.core.directive import reads_resp_params
 from bir.core.handover import Stop, handover_note
 from bir.core.log import log_event
 from bir.core.logic import eval_tool_input_logic
 from bir.core.outcome import StepVerdict
-from bir.core.directive import reads_resp_params
 from bir.core.plan import PlanError, ScenarioReplayPlan
-from bir.core.step_result import StepRan, StepResult
 from bir.core.redact import redact_text
 from bir.core.service import ServiceClient, ServiceError
+from bir.core.step_result import StepRan, StepResult
 from bir.core.types import PayloadError, Scenario, ScenarioStep, parse_scenario
 from bir.evaluator import EvaluatorPool, LogicError
 from bir.hooks.direct import DirectExecutor

@@ -819,15 +819,16 @@ async def test_a_plan_whose_values_pass_the_guard_is_not_marked_unsafe(pool: Eva
 
 async def test_the_plan_state_moves_from_arming_to_done_one_hook_at_a_time(pool: EvaluatorPool) -> None:
     plan = make_plan(pool, "fleet-direct.json", mode="steer")
-    assert plan.state is PlanState.ARMING
+    states = [plan.state]
     await plan.ready()
-    assert plan.state is PlanState.READY
+    states.append(plan.state)
     await plan.tool_input_for_current_step()
     await plan.apply_output(LIST_RESULT)
-    assert plan.state is PlanState.STEERING
+    states.append(plan.state)
     await plan.tool_input_for_current_step()
     await plan.apply_output(DEVICE_RESULT)
-    assert plan.state is PlanState.DONE
+    states.append(plan.state)
+    assert states == [PlanState.ARMING, PlanState.READY, PlanState.STEERING, PlanState.DONE]
 
 
 async def test_the_plan_is_composing_while_its_bundle_runs_and_stopped_after_a_hand_over(
