@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,18 @@ ENVDUMP = Path(__file__).resolve().parents[1] / "fakes" / "envdump_server.py"
 SECRETS = {"BIR_TOKEN": "tok-secret", "BIR_DERIVE_API_KEY": "sk-derive-secret"}
 
 
+async def _names_the_upstream_sees(tmp_path: Path, env: dict[str, str]) -> list[str]:
+    """Start a real bir-proxy wrapping the env-dump server in ``env``; answer the upstream's variable names."""
+    dump = tmp_path / "env.json"
+    host = ProxyHost("envdump", f"{sys.executable} {ENVDUMP} {dump}", project=tmp_path, env=env)
+    try:
+        await host.start()
+    finally:
+        await host.stop()
+    names: list[str] = json.loads(dump.read_text())
+    return names
+
+
 def _with_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
@@ -27,15 +40,7 @@ async def test_a_wrapped_upstream_started_by_bir_replay_does_not_see_birs_secret
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _with_secrets(monkeypatch)
-    dump = tmp_path / "env.json"
-    host = ProxyHost(
-        "envdump", f"{sys.executable} {ENVDUMP} {dump}", project=tmp_path, env=proxy_environment(config.home())
-    )
-    try:
-        await host.start()
-    finally:
-        await host.stop()
-    names = json.loads(dump.read_text())
+    names = await _names_the_upstream_sees(tmp_path, proxy_environment(config.home()))
     assert "BIR_TEST_PLAIN" in names
     assert not set(SECRETS) & set(names)
 
@@ -44,15 +49,7 @@ async def test_a_proxy_given_birs_secrets_still_starts_its_upstream_without_them
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _with_secrets(monkeypatch)
-    import os
-
-    dump = tmp_path / "env.json"
-    host = ProxyHost("envdump", f"{sys.executable} {ENVDUMP} {dump}", project=tmp_path, env=dict(os.environ))
-    try:
-        await host.start()
-    finally:
-        await host.stop()
-    names = json.loads(dump.read_text())
+    names = await _names_the_upstream_sees(tmp_path, dict(os.environ))  # the secrets reach the proxy itself
     assert "BIR_TEST_PLAIN" in names
     assert not set(SECRETS) & set(names)
 
