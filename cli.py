@@ -97,7 +97,7 @@ def _replay(args: argparse.Namespace) -> int:
     except (ReplayUsageError, HostSessionError, config.ConfigError) as exc:
         sys.stderr.write(f"bir replay: {exc}\n")
         if child_log is not None:
-            sys.stderr.write(f"(log: {child_log})\n")
+            sys.stderr.write(f"bir replay: details in {child_log}\n")
         return EXIT_USAGE
     if args.json:
         sys.stdout.write(json.dumps(render_json(report), ensure_ascii=False, indent=2, default=str) + "\n")

@@ -124,7 +124,7 @@ def format_event(event: str, fields: dict[str, Any]) -> str:
 
 
 def log_event(event: str, **fields: Any) -> None:
-    """Write one ``{"event": ..., ...}`` line to stderr. Never raises."""
+    """Write one ``{"event": ..., ...}`` line to stderr, or to the file ``log_to_file`` chose. Never raises."""
     try:
         line = format_event(event, fields)
         stream = _stream if _stream is not None else sys.stderr

@@ -152,6 +152,9 @@ class ProxyHost:
             if not data:
                 break
         if self._initialized is not None and not self._initialized.done():
+            # Its stdout closed: give it a moment to exit, so the error can say with what code.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._process.wait(), STOP_STEP_S)
             self._initialized.set_exception(
                 HostSessionError(f"{self.name}: the proxy exited before initializing (code {self._process.returncode})")
             )
