@@ -1,19 +1,46 @@
-"""The ``bir`` command line: a thin layer over the subsystems (``main`` → parse → run)."""
+"""The ``bir`` command line: a thin layer over the subsystems (``main`` → parse → run → print).
+
+The one composition root: it may import every package. Commands talk to people on stdout (or print
+exactly one JSON document with ``--json``); the JSON log lines of this process, of the control server
+it may start and of the proxies it spawns go to ``<BIR_HOME>/logs/`` unless ``--verbose`` sends them to
+stderr. Every ``BIR_*`` value is checked before any command runs, so a bad one never costs a network call.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
 
-from bir.core.config import ConfigError, markdown_table
+from bir import __version__
+from bir.core import config
+from bir.core.log import log_to_file, logs_dir
+from bir.hooks.replay_report import EXIT_INTERRUPTED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
+
+EXIT_CODES: Final = f"""exit codes:
+  {EXIT_OK}    ok
+  {EXIT_STOPPED}    the run stopped, was refused, or failed
+  {EXIT_USAGE}    usage: a bad option, scenario or BIR_* value
+  {EXIT_MISSING_TARGET}    a target parameter has no value (bir replay)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+"""
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bir", description="Calculated replay for Claude Code.")
+    parser = argparse.ArgumentParser(
+        prog="bir",
+        description="Calculated replay for Claude Code.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"bir {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    bench = sub.add_parser("bench", help="measure bir's hot paths")
+    bench = sub.add_parser("bench", help="measure bir's hot paths", epilog=EXIT_CODES)
     bench_sub = bench.add_subparsers(dest="bench_target", required=True)
     ev = bench_sub.add_parser("eval", help="the evaluator pool against the in-process floor")
     ev.add_argument("--quick", action="store_true", help="fewer iterations (about 20 s)")
@@ -22,7 +49,12 @@ def _build_parser() -> argparse.ArgumentParser:
     px.add_argument("--quick", action="store_true", help="fewer iterations (about 30 s)")
     px.add_argument("--json", action="store_true", help="print one JSON document")
 
-    rp = sub.add_parser("replay", help="run a scenario's plan through the control server and the proxies")
+    rp = sub.add_parser(
+        "replay",
+        help="run a scenario's plan through the control server and the proxies",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     rp.add_argument("--scenario", required=True, help="a scenario file, or a scn_ id on the service")
     rp.add_argument("--prompt", required=True, help="the request the scenario is replayed for")
     rp.add_argument("--param", action="append", metavar="NAME=VALUE", help="a parameter value (wins over derivation)")
@@ -30,7 +62,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--wrap", action="append", metavar="NAME=COMMAND", help="with no control server: wrap this stdio MCP server"
     )
     rp.add_argument("--dry", action="store_true", help="derive and plan only: run no step")
-    rp.add_argument("--json", action="store_true", help="print one JSON document")
+    rp.add_argument("--json", action="store_true", help="print one JSON document and nothing else on stdout")
+    rp.add_argument("--verbose", action="store_true", help="log lines on stderr instead of <BIR_HOME>/logs/replay.log")
     rp.add_argument("--project", default=".", help="the project directory (default: the working directory)")
 
     for name, helptext, replay_help in (
@@ -42,14 +75,12 @@ def _build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--project", default=".", help="the project directory (default: the working directory)")
         cmd.add_argument("--json", action="store_true", help="print one JSON document describing what changed")
 
-    cfg = sub.add_parser("config", help="the BIR_* variables")
-    cfg.add_argument("--markdown", action="store_true", help="print the README's table")
+    cfg = sub.add_parser("config", help="the BIR_* variables: value in effect, default, where from")
+    cfg.add_argument("--markdown", action="store_true", help="print the README's table of variables instead")
     return parser
 
 
 def _install_command(args: argparse.Namespace) -> int:
-    import json
-
     from bir.hooks.install import InstallError, describe, find_executables, install, uninstall
 
     try:
@@ -65,26 +96,54 @@ def _install_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from bir.hooks.host_session import HostSessionError
+    from bir.hooks.replay_cmd import ReplayUsageError, main_args, run_replay
+    from bir.hooks.replay_report import render_json, render_text
+
+    try:
+        replay_args = main_args(args)
+    except ReplayUsageError as exc:
+        sys.stderr.write(f"bir replay: {exc}\n")
+        return EXIT_USAGE
+    child_log: Path | None = None
+    if not args.verbose:
+        try:
+            child_log = log_to_file(logs_dir(config.home()) / "replay.log")
+        except OSError as exc:
+            sys.stderr.write(f"bir replay: cannot open the log under {logs_dir(config.home())}: {exc}\n")
+            return EXIT_USAGE
+
+    def progress(text: str) -> None:
+        sys.stderr.write(f"bir replay: {text}\n")
+
+    try:
+        report = asyncio.run(run_replay(replay_args, progress=progress, child_log=child_log))
+    except (ReplayUsageError, HostSessionError, config.ConfigError) as exc:
+        sys.stderr.write(f"bir replay: {exc}\n")
+        if child_log is not None:
+            sys.stderr.write(f"bir replay: details in {child_log}\n")
+        return EXIT_USAGE
+    if args.json:
+        sys.stdout.write(json.dumps(render_json(report), ensure_ascii=False, indent=2, default=str) + "\n")
+    else:
+        sys.stdout.write(render_text(report) + "\n")
+    return report.exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``bir``; answer its exit status (see ``EXIT_CODES``)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
+        config.validate_all()
         if args.command == "replay":
-            import asyncio
-
-            from bir.hooks.replay_cmd import ReplayUsageError, main_args, run_replay
-
-            try:
-                replay_args = main_args(args)
-            except ReplayUsageError as exc:
-                sys.stderr.write(f"bir replay: {exc}\n")
-                return 2
-            return asyncio.run(run_replay(replay_args))
+            return _replay(args)
         if args.command in ("install", "uninstall"):
             return _install_command(args)
         if args.command == "config":
-            sys.stdout.write(markdown_table() + "\n")
-            return 0
+            sys.stdout.write((config.markdown_table() if args.markdown else config.text_table()) + "\n")
+            return EXIT_OK
         if args.command == "bench" and args.bench_target == "eval":
             from bir.benchmarks.eval_bench import run_eval_bench
 
@@ -93,11 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bir.benchmarks.proxy_bench import run_proxy_bench
 
             return run_proxy_bench(quick=args.quick, as_json=args.json)
-    except ConfigError as exc:
+    except config.ConfigError as exc:
         sys.stderr.write(f"bir: {exc}\n")
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        sys.stderr.write("bir: interrupted\n")
+        return EXIT_INTERRUPTED
     parser.error("unknown command")  # exits with status 2
 
 

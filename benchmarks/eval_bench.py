@@ -34,6 +34,7 @@ from typing import Any, Final
 import msgspec
 
 from bir.benchmarks.corpus import CASES, MIX, Case
+from bir.benchmarks.stats import percentile
 from bir.core import config
 from bir.core.errors import LogicError
 from bir.evaluator.bench_floor import FloorCase, FloorReply, FloorRequest
@@ -216,7 +217,7 @@ async def _measure_pools(
                 "callers": callers,
                 "calls_per_s": await _saturate(pool, batch, counts.throughput, callers),
             }
-        stats["one_worker"] = pool.stats()
+        stats["one_worker"] = pool.stats().as_dict()
 
     async with EvaluatorPool(workers=workers, max_jobs=BENCH_MAX_JOBS, engine="v8") as pool:
         callers = counts.callers_per_worker * workers
@@ -228,7 +229,7 @@ async def _measure_pools(
                 "calls": counts.throughput,
                 "calls_per_s": await _saturate(pool, batch, counts.throughput, callers),
             }
-        stats["all_workers"] = pool.stats()
+        stats["all_workers"] = pool.stats().as_dict()
 
     default_run: dict[str, Any] | None = None
     if counts.recycle_calls > 0:
@@ -239,17 +240,17 @@ async def _measure_pools(
             default_run = {
                 "max_jobs": pool.max_jobs,
                 **_latency(samples),
-                "recycled": pool_stats["recycled"],
-                "cold_waits": pool_stats["cold_waits"],
+                "recycled": pool_stats.recycled,
+                "cold_waits": pool_stats.cold_waits,
             }
-            stats["default_max_jobs"] = pool_stats
+            stats["default_max_jobs"] = pool_stats.as_dict()
 
     quickjs: dict[str, Any] | None = None
     if counts.quickjs_calls > 0:
         async with EvaluatorPool(workers=1, max_jobs=BENCH_MAX_JOBS, engine="quickjs") as pool:
             await _sequential(pool, calls[MIX], 2 * len(calls[MIX]))
             quickjs = _latency(await _sequential(pool, calls[MIX], counts.quickjs_calls))
-            stats["quickjs"] = pool.stats()
+            stats["quickjs"] = pool.stats().as_dict()
 
     return {"one": one, "all": every, "default_max_jobs": default_run, "quickjs": quickjs, "stats": stats}
 
@@ -289,14 +290,12 @@ async def _saturate(pool: EvaluatorPool, batch: Sequence[_Call], n: int, callers
 
 
 def percentiles(samples_ns: Sequence[int]) -> tuple[float, float, float]:
-    """p50, p90 and p99 of ``samples_ns`` in microseconds (0.0 for no samples)."""
+    """p50, p90 and p99 of ``samples_ns`` in microseconds, nearest rank (0.0 for no samples)."""
     if not samples_ns:
         return 0.0, 0.0, 0.0
-    if len(samples_ns) == 1:
-        only = samples_ns[0] / 1000
-        return only, only, only
-    cuts = statistics.quantiles(samples_ns, n=100, method="inclusive")
-    return cuts[49] / 1000, cuts[89] / 1000, cuts[98] / 1000
+    ordered = sorted(samples_ns)
+    p50, p90, p99 = (percentile(ordered, fraction) / 1000 for fraction in (0.50, 0.90, 0.99))
+    return p50, p90, p99
 
 
 def _latency(samples_ns: Sequence[int]) -> dict[str, Any]:

@@ -5,9 +5,10 @@ Pure functions over lists of nanosecond samples; the harness that takes them is 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+from bir.benchmarks.stats import percentile
 
 # The rows of the calls table, in the order they are printed.
 VARIANTS: Final = ("direct", "relayed", "relayed_control")
@@ -18,20 +19,6 @@ _VARIANT_LABELS: Final = {
     "relayed_control": "relayed, control known",
 }
 _STAT_KEYS: Final = ("n", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "min_ms", "max_ms")
-
-
-def percentile(sorted_values: Sequence[float], fraction: float) -> float:
-    """The nearest-rank percentile of already sorted values (``fraction`` in 0..1).
-
-    Raises:
-        ValueError: no values, or ``fraction`` outside 0..1.
-    """
-    if not sorted_values:
-        raise ValueError("no samples to take a percentile of")
-    if not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"a percentile fraction is between 0 and 1, not {fraction}")
-    rank = max(1, math.ceil(fraction * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def summarize(samples_ns: Sequence[int]) -> dict[str, float]:

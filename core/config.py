@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from bir.core.log import log_event
 
@@ -34,6 +34,8 @@ class Variable:
     ceiling: int | float | None = None
     floor: int | float | None = None
     choices: tuple[str, ...] = ()
+    # A secret is never passed on to a process bir starts (a proxy, an upstream server).
+    secret: bool = False
 
 
 _VARS: tuple[Variable, ...] = (
@@ -173,8 +175,8 @@ _VARS: tuple[Variable, ...] = (
     ),
     Variable("BIR_SCENARIO_DEBUG", "flag", False, "`1` makes run_scenario return raw reasons as isError."),
     Variable("BIR_AUTH_URL", "str", None, "Base URL of the BaseIn service."),
-    Variable("BIR_TOKEN", "str", None, "Bearer token for the BaseIn service (else the stored sign-in)."),
-    Variable("BIR_DERIVE_API_KEY", "str", None, "Anthropic API key used only for parameter derivation."),
+    Variable("BIR_TOKEN", "str", None, "Bearer token for the BaseIn service (else the stored sign-in).", secret=True),
+    Variable("BIR_DERIVE_API_KEY", "str", None, "Anthropic API key used only for parameter derivation.", secret=True),
     Variable("BIR_USE_ANTHROPIC_API_KEY", "flag", False, "`1` lets derivation use ANTHROPIC_API_KEY."),
     Variable("BIR_DERIVE_MODEL", "str", "claude-haiku-4-5-20251001", "Model of the derivation call."),
     Variable(
@@ -186,6 +188,7 @@ _VARS: tuple[Variable, ...] = (
 )
 
 VARIABLES: Mapping[str, Variable] = {v.name: v for v in _VARS}
+SECRETS: frozenset[str] = frozenset(v.name for v in _VARS if v.secret)
 
 _clamped_lock = threading.Lock()
 _clamped_logged: set[tuple[str, str]] = set()
@@ -292,9 +295,95 @@ def home(env: Mapping[str, str] | None = None) -> Path:
     return Path(raw if raw is not None else "~/.baseinstrunner").expanduser()
 
 
+def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` minus bir's own secrets (``SECRETS``): what a process bir starts is given.
+
+    ``ANTHROPIC_API_KEY`` is kept: a host merges a server entry's own ``env`` into the one it passes,
+    so a proxy cannot tell a key the entry set for its server from one it merely inherited.
+    """
+    return {name: value for name, value in env.items() if name not in SECRETS}
+
+
 def clamp(name: str, value: float) -> float:
     """Bring a programmatic value (e.g. a constructor argument) under the variable's ceiling."""
     return _bound(_variable(name), value)
+
+
+_READERS: Final[Mapping[Kind, Callable[[str, Mapping[str, str] | None], object]]] = {
+    "int": get_int,
+    "float": get_float,
+    "flag": get_flag,
+    "str": get_str,
+    "choice": get_str,
+    "list": get_list,
+    "path": lambda name, env: home(env) if name == "BIR_HOME" else _raw(name, env),
+}
+
+
+def value_of(var: Variable, env: Mapping[str, str] | None = None) -> object:
+    """The value of ``var`` in effect, read the way bir reads it.
+
+    Raises:
+        ConfigError: the variable holds a value bir cannot use.
+    """
+    return _READERS[var.kind](var.name, env)
+
+
+def validate_all(env: Mapping[str, str] | None = None) -> None:
+    """Read every ``BIR_*`` variable once, so a bad value stops a command before any network call.
+
+    Raises:
+        ConfigError: the first variable (in ``VARIABLES`` order) holding a value bir cannot use.
+    """
+    for var in _VARS:
+        value_of(var, env)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of ``bir config``: the value in effect (``(set)`` for a secret), its default, where it comes from."""
+
+    name: str
+    value: str
+    default: str
+    source: Literal["environment", "default"]
+
+
+def settings(env: Mapping[str, str] | None = None) -> list[Setting]:
+    """Every variable as ``bir config`` shows it; a value bir cannot use is shown with its error.
+
+    Secrets are never shown, only whether they are set.
+    """
+    rows: list[Setting] = []
+    for var in _VARS:
+        raw = _raw(var.name, env)
+        default = "unset" if var.default is None else str(var.default)
+        if raw is None:
+            rows.append(Setting(var.name, default, default, "default"))
+            continue
+        if var.secret:
+            rows.append(Setting(var.name, "(set)", default, "environment"))
+            continue
+        try:
+            value = value_of(var, env)
+        except ConfigError as exc:
+            shown = f"invalid: {exc}"
+        else:
+            shown = ",".join(value) if isinstance(value, tuple) else str(value)
+        rows.append(Setting(var.name, shown, default, "environment"))
+    return rows
+
+
+def text_table(env: Mapping[str, str] | None = None) -> str:
+    """``bir config``'s table for a terminal: name, value in effect, default, where from."""
+    rows = [("variable", "value", "default", "from")]
+    rows += [(s.name, s.value, s.default, s.source) for s in settings(env)]
+    widths = [min(max(len(row[i]) for row in rows), 40) for i in range(3)]
+    lines = []
+    for row in rows:
+        cells = [row[i][: widths[i]].ljust(widths[i]) for i in range(3)]
+        lines.append("  ".join([*cells, row[3]]).rstrip())
+    return "\n".join(lines)
 
 
 def markdown_table() -> str:

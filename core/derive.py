@@ -21,6 +21,7 @@ import httpx
 from bir.core import config
 from bir.core.log import log_event
 from bir.core.service import ServiceClient, ServiceError, decode_json, send_bounded, status_error
+from bir.core.truncate import cut_counted
 from bir.core.types import Scenario
 
 ANTHROPIC_MESSAGES_URL = "https://api.anthropic.com/v1/messages"
@@ -243,7 +244,7 @@ def samples(scenario: Scenario, reason: str | None) -> Derivation:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"…(+{len(text) - limit} chars)"
+    return cut_counted(text, limit, lambda n: f"…(+{n} chars)")
 
 
 def _as_text(value: object) -> str:

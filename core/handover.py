@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from bir.core.truncate import one_line
 from bir.core.types import ScenarioStep
 
 MAX_NOTE_CHARS: Final = 4_000
@@ -69,11 +70,6 @@ def _identity(text: str) -> str:
     return text
 
 
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
-
-
 def _span(first: int, last: int) -> str:
     return f"step {first}" if first == last else f"steps {first}–{last}"
 
@@ -95,13 +91,13 @@ def _ran_sentence(count: int, above: int, below: int, nothing_known: bool) -> st
 
 
 def _name(steps: Sequence[ScenarioStep], position: int) -> str:
-    tool = _clip(steps[position].tool_name, 120) if 0 <= position < len(steps) else "unknown tool"
+    tool = one_line(steps[position].tool_name, 120) if 0 <= position < len(steps) else "unknown tool"
     return f"Step {position + 1} of {len(steps)} ({tool})"
 
 
 def _stop_sentences(steps: Sequence[ScenarioStep], stop: Stop, redact: Callable[[str], str]) -> list[str]:
     # A logic error can quote the values it was computing on, so the reason is redacted like the rest.
-    detail = _clip(redact(stop.detail), MAX_DETAIL_CHARS) if stop.detail else ""
+    detail = one_line(redact(stop.detail), MAX_DETAIL_CHARS) if stop.detail else ""
     why = f" ({detail})" if detail else ""
     if stop.kind == "params_failed":
         return [f"The scenario could not compute its parameters for this request{why}, so none of its steps ran."]
@@ -154,7 +150,7 @@ def _remaining(steps: Sequence[ScenarioStep], stop: Stop, ran: int) -> list[str]
     for position in range(max(0, start), len(steps)):
         step = steps[position]
         reason = f" — {step.reasoning}" if step.reasoning.strip() else ""
-        lines.append(_clip(f"{position + 1}. {step.tool_name}{reason}", MAX_LINE_CHARS))
+        lines.append(one_line(f"{position + 1}. {step.tool_name}{reason}", MAX_LINE_CHARS))
     return lines
 
 
@@ -165,7 +161,7 @@ def _params(params: Mapping[str, object] | None, redact: Callable[[str], str]) -
             shown = json.dumps(value, ensure_ascii=False, default=str)
         except (TypeError, ValueError):
             shown = repr(value)
-        lines.append(_clip(redact(f"- {name}: {shown}"), MAX_LINE_CHARS))
+        lines.append(one_line(redact(f"- {name}: {shown}"), MAX_LINE_CHARS))
     return lines
 
 

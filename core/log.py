@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
+from bir.core.truncate import cut_counted
+
 # Bounds, so that a log line can never carry a body's 200,000-character error or a whole tool output.
 MAX_FIELD_CHARS = 2_000
 MAX_LINE_CHARS = 16_000
@@ -86,11 +88,13 @@ def logs_dir(home: Path) -> Path:
     return home / "logs"
 
 
+def _more_chars(count: int) -> str:
+    return f"…(+{count} chars)"
+
+
 def _bounded(value: Any, depth: int = 0) -> Any:
     if isinstance(value, str):
-        if len(value) > MAX_FIELD_CHARS:
-            return value[:MAX_FIELD_CHARS] + f"…(+{len(value) - MAX_FIELD_CHARS} chars)"
-        return value
+        return cut_counted(value, MAX_FIELD_CHARS, _more_chars)
     if value is None or isinstance(value, bool | int | float):
         return value
     if depth >= 4:
@@ -120,7 +124,7 @@ def format_event(event: str, fields: dict[str, Any]) -> str:
 
 
 def log_event(event: str, **fields: Any) -> None:
-    """Write one ``{"event": ..., ...}`` line to stderr. Never raises."""
+    """Write one ``{"event": ..., ...}`` line to stderr, or to the file ``log_to_file`` chose. Never raises."""
     try:
         line = format_event(event, fields)
         stream = _stream if _stream is not None else sys.stderr

@@ -12,24 +12,33 @@ says which steps ran and what may be assumed about the one it stopped at. Every 
 gets a verdict in ``ledger``, keyed by step index, and a logic failure is booked on its step *before*
 the typed ``PlanError`` leaves the plan, because after that nothing knows which step it belonged to.
 
-The plan is driven by one caller at a time (the controller serialises its hooks); a second call while
-``compose_bundle`` runs is refused with ``PlanStateError``. It runs on asyncio, like the evaluator.
+Where the plan is in its run is one explicit value, ``state`` (a ``PlanState``: arming, ready,
+steering, composing, stopped, done). The plan is driven by one caller at a time (the controller
+serialises its hooks); a call while ``compose_bundle`` runs is refused with ``PlanStateError``. It runs
+on asyncio, like the evaluator. The directive text lives in ``bir.core.directive`` and what an executor
+answers in ``bir.core.step_result``; both are re-exported here for the modules that import them from here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
-import json
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NoReturn
 
 from bir.core import config
-from bir.core.bundle import BundleEntry, assemble_bundle, render_input
+from bir.core.bundle import BundleEntry, assemble_bundle
 from bir.core.coverage import ReplayMode
+from bir.core.directive import (
+    MAX_DIRECTIVE_CHARS,
+    TAG,
+    reads_resp_params,
+    shown_arguments,
+    steering_directive,
+)
 from bir.core.errors import LogicError
 from bir.core.handover import Stop, StopKind, handover_note
 from bir.core.log import log_event
@@ -45,72 +54,57 @@ from bir.core.outcome import ExecutionStage, StepLedger, StepStatus, StepVerdict
 from bir.core.redact import redact_text
 from bir.core.safety import check_derived_values
 from bir.core.source_run import RecordedOutputs, SourceRun
-from bir.core.tool_kinds import SHELL_TOOLS
-from bir.core.truncate import cut
+from bir.core.step_result import (
+    MAX_TOOL_ERROR_CHARS,
+    ExecuteStep,
+    StepNoAnswer,
+    StepNotSent,
+    StepRan,
+    StepResult,
+    StepToolError,
+    tool_error_of,
+)
+from bir.core.truncate import cut, one_line
 from bir.core.types import Scenario, ScenarioStep
 
-TAG: Final = "[BaseInstRunner calculated replay]"
-# additionalContext is read whole by the model; the host keeps well under 10,000 characters of it.
-MAX_DIRECTIVE_CHARS: Final = 9_000
-MAX_STEP_LINE_CHARS: Final = 240
-MAX_INTENT_CHARS: Final = 500
+# What other modules import from here, though it lives in its own module now.
+__all__ = [
+    "MAX_DIRECTIVE_CHARS",
+    "TAG",
+    "BundleResult",
+    "ExecuteStep",
+    "PlanError",
+    "PlanState",
+    "PlanStateError",
+    "RecordedSource",
+    "ScenarioReplayPlan",
+    "StepNoAnswer",
+    "StepNotSent",
+    "StepRan",
+    "StepResult",
+    "StepToolError",
+    "reads_resp_params",
+    "tool_error_of",
+]
+
 # A verdict's error is rendered on the service's web page: the message only, bounded and redacted.
 MAX_VERDICT_ERROR_CHARS: Final = 1_000
-MAX_TOOL_ERROR_CHARS: Final = 300
 
-DIRECT_CLOSING: Final = (
-    "Call mcp__bir__run_scenario once, with no arguments, before any other tool.\n"
-    "Then answer the user's request from the results it returns."
-)
-STEER_CLOSING_SHOWN: Final = (
-    "The system supplies the exact arguments for each call. Where a step shows its arguments above, "
-    "they are the ones it runs with: pass them as shown."
-)
-STEER_CLOSING_OLDER: Final = "The system supplies the exact arguments for each call — you do not need to compute them."
-STEER_CLOSING_TAIL: Final = (
-    "Do not call any other tools until this sequence is complete, then answer the user's request from the tool results."
-)
+# ``PlanError.reason`` when the injection guard refused a derived value.
+UNSAFE_VALUE: Final = "unsafe_value"
 
-_READS_RESP_PARAMS = re.compile(r"\brespParams\b")
-
-
-# -- what an executor answers -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StepRan:
-    """The call ran and answered ``output``: the exact text ``toolOutputLogic`` reads (for a wrapped MCP
-    tool the JSON text of the whole ``CallToolResult``; for a built-in, of the host's ``tool_response``).
-    A ``CallToolResult`` with ``isError: true`` is read as a tool error, never threaded."""
-
-    output: str
-
-
-@dataclass(frozen=True)
-class StepNotSent:
-    """The call could not be sent (a built-in outside the session, no proxy, a server off the allowlist):
-    nothing of it happened. Only this result may be stood in for by a recorded output."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class StepNoAnswer:
-    """The call was sent and never answered (a timeout, a dropped proxy): it may or may not have completed."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class StepToolError:
-    """The call was sent and answered with an error (or the host reported it failed)."""
-
-    reason: str
-
-
-StepResult = StepRan | StepNotSent | StepNoAnswer | StepToolError
-ExecuteStep = Callable[[ScenarioStep, dict[str, Any]], Awaitable[StepResult]]
 RecordedSource = RecordedOutputs | SourceRun
+
+
+class PlanState(enum.Enum):
+    """Where a plan is in its run. Every other fact (the cursor, the stop, the parameters) is data."""
+
+    ARMING = "arming"  # waiting for derivation and paramsLogic
+    READY = "ready"  # parameters computed; no step has run yet
+    STEERING = "steering"  # some steps ran (pinned one hook at a time, or composed); more remain
+    COMPOSING = "composing"  # compose_bundle is running the remaining steps; no other caller may drive it
+    STOPPED = "stopped"  # handed over: ``stop`` and ``note`` say where and why
+    DONE = "done"  # every step ran
 
 
 # -- errors -------------------------------------------------------------------------------------------
@@ -153,6 +147,11 @@ class PlanError(Exception):
         self.tool_name = tool_name
         self.reason = reason
 
+    @property
+    def refused_as_unsafe(self) -> bool:
+        """True when the injection guard refused a derived value (a controller declines as ``missing_target``)."""
+        return self.reason == UNSAFE_VALUE
+
     def __repr__(self) -> str:
         return f"PlanError(stage={self.stage!r}, position={self.position!r}, message={self.message[:80]!r})"
 
@@ -189,42 +188,9 @@ _VERDICT_OF_STOP: Final[Mapping[StopKind, tuple[StepStatus, ExecutionStage]]] = 
 _Phase = Literal["between", "input", "execute", "recorded", "output"]
 
 
-def tool_error_of(output: str) -> str | None:
-    """The error text of an MCP ``CallToolResult`` with ``isError: true``, or None for any other output.
-
-    Only a JSON object whose top-level ``isError`` is ``true`` counts; its text content, bounded, is the
-    reason (a generic one when it has none).
-    """
-    if '"isError"' not in output:
-        return None
-    try:
-        value = json.loads(output)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(value, dict) or value.get("isError") is not True:
-        return None
-    content = value.get("content")
-    parts = [
-        item["text"]
-        for item in (content if isinstance(content, list) else [])
-        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str)
-    ]
-    message = " ".join(" ".join(parts).split())
-    return cut(message or "the tool reported an error", MAX_TOOL_ERROR_CHARS)
-
-
-def reads_resp_params(step: ScenarioStep) -> bool:
-    """True when the step's input is computed from an earlier step's output (its body names ``respParams``)."""
-    return bool(_READS_RESP_PARAMS.search(step.tool_input_logic or ""))
-
-
-def _one_line(text: str, limit: int) -> str:
-    return cut(" ".join(text.split()), limit)
-
-
 def _reason(text: str) -> str:
     """An executor's reason as the note quotes it: one line, bounded, without a closing full stop."""
-    return _one_line(text, MAX_TOOL_ERROR_CHARS).rstrip(" .")
+    return one_line(text, MAX_TOOL_ERROR_CHARS).rstrip(" .")
 
 
 def _ms_since(start: float | None) -> int | None:
@@ -279,7 +245,7 @@ class ScenarioReplayPlan:
         self._stop: Stop | None = None
         self._note: str | None = None
         self._error: PlanError | None = None
-        self._composing = False
+        self._state = PlanState.ARMING
         self._tool_ran_at_stop = False
 
     # -- state --------------------------------------------------------------------------------------
@@ -314,12 +280,16 @@ class ScenarioReplayPlan:
         return self._note
 
     @property
+    def state(self) -> PlanState:
+        return self._state
+
+    @property
     def stopped(self) -> bool:
-        return self._stop is not None
+        return self._state is PlanState.STOPPED
 
     def expected_tool(self) -> str | None:
         """The tool of the step the plan expects next; None when it is done or stopped."""
-        if self._stop is not None or self._cursor >= self.step_count:
+        if self.stopped or self._cursor >= self.step_count:
             return None
         return self.steps[self._cursor].tool_name
 
@@ -360,64 +330,8 @@ class ScenarioReplayPlan:
         """The text that arms the plan: ``run_scenario`` once for a direct plan (§6.4), the ordered tool
         list with the arguments known now for a steer plan (§7). Redacted, and within ``MAX_DIRECTIVE_CHARS``.
         """
-        intent = _one_line(redact_text(self.scenario.intent), MAX_INTENT_CHARS)
-        if self.mode == "direct":
-            opening = f"{TAG} A known-good tool sequence was recorded for this request"
-            head = (opening + (f" (intent: {intent})." if intent else ".")) + (
-                "\n\nIt runs these tools, in order, and returns their results:"
-            )
-            blocks = [self._step_line(p) for p in range(self.step_count)]
-            return self._fit_directive(head, blocks, DIRECT_CLOSING)
-        head = (
-            f"{TAG} A known-good tool sequence was previously recorded for this request. "
-            "Call exactly these tools, in order, one at a time:"
-        )
-        shown = self._shown_arguments()
-        blocks = []
-        for position in range(self.step_count):
-            arguments = shown.get(position)
-            blocks.append(self._step_line(position) + (f"\n   {arguments}" if arguments else ""))
-        closing = STEER_CLOSING_SHOWN if shown else STEER_CLOSING_OLDER
-        tail = (f"Context: {intent}\n\n" if intent else "") + closing + "\n" + STEER_CLOSING_TAIL
-        return self._fit_directive(head, blocks, tail)
-
-    def _step_line(self, position: int) -> str:
-        step = self.steps[position]
-        reasoning = " ".join(redact_text(step.reasoning).split())
-        text = f"{position + 1}. {' '.join(step.tool_name.split())}" + (f" — {reasoning}" if reasoning else "")
-        return cut(text, MAX_STEP_LINE_CHARS)
-
-    def _shown_arguments(self) -> dict[int, str]:
-        """The argument line of each step that shows one (steer mode only)."""
-        if self._derived is None or not check_derived_values(self.scenario, self._derived).ok:
-            # A plan holding a value the safety check refuses shows no arguments at all (§7, §13.2).
-            return {}
-        shown: dict[int, str] = {}
-        for position, tool_input in self._inputs.items():
-            step = self.steps[position]
-            if reads_resp_params(step):
-                continue
-            command = tool_input.get("command")
-            if step.tool_name in SHELL_TOOLS and isinstance(command, str) and len(command.strip().splitlines()) > 1:
-                continue
-            shown[position] = render_input(step.tool_name, tool_input, redact_text)
-        return shown
-
-    @staticmethod
-    def _fit_directive(head: str, blocks: list[str], tail: str) -> str:
-        room = MAX_DIRECTIVE_CHARS - len(head) - len(tail) - 4
-        kept: list[str] = []
-        used = 0
-        for i, block in enumerate(blocks):
-            more = len(blocks) - i - 1
-            reserve = len(f"\n… and {more} more steps") if more else 0
-            if used + len(block) + 1 + reserve > room:
-                kept.append(f"… and {len(blocks) - i} more steps")
-                break
-            kept.append(block)
-            used += len(block) + 1
-        text = head + "\n\n" + "\n".join(kept) + "\n\n" + tail
-        return cut(text, MAX_DIRECTIVE_CHARS)
+        shown = {} if self.mode == "direct" else shown_arguments(self.scenario, self._derived, self._inputs)
+        return steering_directive(self.scenario, self.mode, shown)
 
     # -- readiness ----------------------------------------------------------------------------------
 
@@ -426,7 +340,8 @@ class ScenarioReplayPlan:
 
         Raises:
             PlanError: stage ``params``: derivation failed or answered no object, a target has no value,
-                or ``paramsLogic`` failed. The plan is then stopped, the verdict booked on its first step.
+                a derived value fails the injection guard (``refused_as_unsafe``), or ``paramsLogic`` failed.
+                The plan is then stopped, the verdict booked on its first step.
             PlanError: the same error again, after a logic failure stopped the plan.
             PlanStateError: the plan was stopped by ``hand_over`` before its parameters were ready.
         """
@@ -446,10 +361,15 @@ class ScenarioReplayPlan:
                 self._derived = dict(derived)
                 self._fail_params(f"no value was found for the target parameter {names}", None)
             self._derived = dict(derived)
+            # The injection guard (§13.2 mitigation 6) where the values are used: before any body reads them.
+            safety = check_derived_values(self.scenario, self._derived)
+            if not safety.ok:
+                self._fail_params(f"a derived value was refused as unsafe ({safety.reason})", UNSAFE_VALUE)
             try:
                 self._params = await eval_params_logic(self._pool, self.scenario, self._derived)
             except LogicError as exc:
                 self._fail_params(exc.message, exc.reason)
+            self._enter(self._state_of_steps())
 
     def _is_ready(self) -> bool:
         return self._params is not None
@@ -516,6 +436,7 @@ class ScenarioReplayPlan:
         self._record(self._verdict(position, "ok"))
         self._cursor += 1
         self._ran_above += 1
+        self._enter(self._state_of_steps())
         return dict(self._resp)
 
     def hand_over(
@@ -599,15 +520,16 @@ class ScenarioReplayPlan:
         Raises:
             PlanStateError: another call is composing this plan's bundle.
         """
-        if self._composing:
+        if self._state is PlanState.COMPOSING:
             raise PlanStateError("this plan's bundle is already being composed")
-        self._composing = True
+        self._state = PlanState.COMPOSING
         run_before, recorded_before = self._count_entries()
         try:
             if self._stop is None and not self.is_done():
                 await self._run_remaining(execute, deadline, recorded)
         finally:
-            self._composing = False
+            if self._state is PlanState.COMPOSING:
+                self._state = self._state_of_steps()
         run_after, recorded_after = self._count_entries()
         text = assemble_bundle(self._note, self._entries, max_chars, partial=self._stop is not None, redact=redact_text)
         return BundleResult(
@@ -709,6 +631,7 @@ class ScenarioReplayPlan:
         self._record(self._verdict(position, "ok" if live else "recorded"))
         self._cursor += 1
         self._ran_below += 1
+        self._enter(self._state_of_steps())
         return True
 
     def _cancelled(self, phase: _Phase, position: int, live: bool) -> None:
@@ -729,13 +652,28 @@ class ScenarioReplayPlan:
 
     # -- internals ----------------------------------------------------------------------------------
 
+    def _state_of_steps(self) -> PlanState:
+        """The state the plan's data calls for, outside a composition and a stop."""
+        if self._stop is not None:
+            return PlanState.STOPPED
+        if self._params is None:
+            return PlanState.ARMING
+        if self._cursor >= self.step_count:
+            return PlanState.DONE
+        return PlanState.READY if self._cursor == 0 else PlanState.STEERING
+
+    def _enter(self, state: PlanState) -> None:
+        """Move to ``state``, unless a composition is running (it settles when it ends) or the plan stopped."""
+        if self._state not in (PlanState.COMPOSING, PlanState.STOPPED):
+            self._state = state
+
     def _ready_params(self) -> dict[str, Any]:
         if self._params is None:
             raise PlanStateError("the plan's parameters are not ready")
         return self._params
 
     def _current(self) -> int:
-        if self._composing:
+        if self._state is PlanState.COMPOSING:
             raise PlanStateError("this plan's bundle is being composed")
         if self._cursor >= self.step_count:
             raise PlanStateError("every step of the plan has run")
@@ -824,6 +762,7 @@ class ScenarioReplayPlan:
         if verdict is not None:
             self._record(verdict)
         self._stop = stop
+        self._state = PlanState.STOPPED
         self._note = handover_note(
             self.steps,
             stop,

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from bir.core.outcome import OUTCOME_RANK, Outcome, StepLedger, StepVerdict, blame_step
 from bir.core.pricing import PRICING_VERSION
+from bir.core.truncate import cut
 
 # An error is rendered in a web page; the prompt is a sample of what the user asked.
 MAX_ERROR_CHARS: Final = 1_000
@@ -29,10 +30,6 @@ _DECLINES: Final = frozenset({"not_steered", "failed"})
 
 def _identity(text: str) -> str:
     return text
-
-
-def _bounded(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _usd(value: float) -> float:
@@ -50,13 +47,13 @@ def step_to_wire(verdict: StepVerdict) -> dict[str, Any]:
     """One verdict as the wire's camelCase object; fields it does not have are absent."""
     wire: dict[str, Any] = {
         "stepIndex": verdict.step_index,
-        "toolName": _bounded(verdict.tool_name, MAX_TOOL_NAME_CHARS),
+        "toolName": cut(verdict.tool_name, MAX_TOOL_NAME_CHARS),
         "status": verdict.status,
     }
     if verdict.stage is not None:
         wire["stage"] = verdict.stage
     if verdict.error is not None:
-        wire["error"] = _bounded(verdict.error, MAX_ERROR_CHARS)
+        wire["error"] = cut(verdict.error, MAX_ERROR_CHARS)
     if verdict.duration_ms is not None:
         wire["durationMs"] = _count(verdict.duration_ms)
     return wire
@@ -111,7 +108,7 @@ def build_report(
         }
     )
     if prompt is not None:
-        body["prompt"] = _bounded(redact(prompt), MAX_PROMPT_CHARS)
+        body["prompt"] = cut(redact(prompt), MAX_PROMPT_CHARS)
     body["steps"] = [step_to_wire(v) for v in ledger.verdicts()[:MAX_STEPS]]
     if blame is not None:
         # The same verdict the step list shows, in the same bounded form.

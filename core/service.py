@@ -20,6 +20,7 @@ import httpx
 
 from bir.core import config
 from bir.core.log import log_event
+from bir.core.truncate import one_line
 from bir.core.types import (
     MatchAnswer,
     PayloadError,
@@ -44,8 +45,7 @@ FinishStatus = Literal["finished", "duplicate", "unknown_run"]
 
 
 def _bounded(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    one_line = " ".join(text.split())
-    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
+    return one_line(text, limit)
 
 
 class ServiceError(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 DEFAULT_MAX_CHARS: Final = 100_000
@@ -34,12 +34,18 @@ def cut(text: str, max_chars: int, marker: str = "…") -> str:
     return text[: max_chars - len(marker)] + marker
 
 
+def one_line(text: str, max_chars: int) -> str:
+    """``text`` with every run of whitespace (line breaks included) as one space, then ``cut``."""
+    return cut(" ".join(text.split()), max_chars)
+
+
 def _truncation_marker(cut_chars: int) -> str:
     return f"…[truncated {cut_chars} chars]"
 
 
-def cut_counted(text: str, max_chars: int) -> str:
-    """Like :func:`cut`, with a marker that says how many characters were cut (``…[truncated N chars]``).
+def cut_counted(text: str, max_chars: int, marker: Callable[[int], str] = _truncation_marker) -> str:
+    """Like :func:`cut`, with a marker that says how many characters were cut (``marker(count)``, by
+    default ``…[truncated N chars]``). The marker counts against ``max_chars``.
 
     Raises:
         ValueError: ``max_chars`` is negative.
@@ -50,10 +56,10 @@ def cut_counted(text: str, max_chars: int) -> str:
         return text
     # The count depends on the marker's length and the other way round: size the marker for the
     # largest count it could show, so that the true count always fits in the room left for it.
-    keep = max_chars - len(_truncation_marker(len(text)))
+    keep = max_chars - len(marker(len(text)))
     if keep < 0:
         return text[:max_chars]
-    return text[:keep] + _truncation_marker(len(text) - keep)
+    return text[:keep] + marker(len(text) - keep)
 
 
 def _jsonable(value: object, depth: int, seen: set[int]) -> object:

@@ -8,14 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from bir.core.truncate import cut
 from bir.evaluator.wire import Job
 
 MAX_MESSAGE_CHARS: Final = 1000
 
 
 def bounded(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """Cut a message to ``limit`` characters, marking the cut."""
-    return message if len(message) <= limit else message[: limit - 1] + "…"
+    """Cut a message to ``limit`` characters, marking the cut (``bir.core.truncate.cut``)."""
+    return cut(message, limit)
 
 
 def timeout_message(kind: str, timeout_ms: int) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import random
 import shutil
@@ -48,6 +49,49 @@ MAX_SPAWN_FAILURES: Final = 3
 RECYCLED: Final = "served its jobs"
 _json_decoder = msgspec.json.Decoder(dict[str, Any])
 _json_encoder = msgspec.json.Encoder()
+
+
+@dataclass(slots=True)
+class _Counters:
+    """What the pool counts as it runs (``PoolStats`` is the frozen view of it)."""
+
+    jobs: int = 0
+    workers_started: int = 0
+    recycled: int = 0
+    timeouts: int = 0
+    memory_kills: int = 0
+    crashes: int = 0
+    refused: int = 0
+    overloaded: int = 0
+    retries: int = 0
+    cold_waits: int = 0
+    retired: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """A pool's counters since it started (jobs run, workers started, recycled and retired, jobs that
+    timed out, ran out of memory or crashed, refusals, overloads, retries, waits for a cold worker) and
+    its state now: jobs queued, workers ready, bodies it refuses."""
+
+    jobs: int
+    workers_started: int
+    recycled: int
+    timeouts: int
+    memory_kills: int
+    crashes: int
+    refused: int
+    overloaded: int
+    retries: int
+    cold_waits: int
+    retired: int
+    queued: int
+    workers_live: int
+    refusing: int
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a JSON object."""
+        return dataclasses.asdict(self)
 
 
 @dataclass(eq=False)
@@ -107,22 +151,7 @@ class EvaluatorPool(WorkerEvents):
         self._standby_for: dict[WorkerProcess, asyncio.Task[Any]] = {}
         self._monitor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._stats: dict[str, int] = dict.fromkeys(
-            (
-                "jobs",
-                "workers_started",
-                "recycled",
-                "timeouts",
-                "memory_kills",
-                "crashes",
-                "refused",
-                "overloaded",
-                "retries",
-                "cold_waits",
-                "retired",
-            ),
-            0,
-        )
+        self._counts = _Counters()
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -210,12 +239,12 @@ class EvaluatorPool(WorkerEvents):
         key = hashlib.sha256(f"{kind}\0{body}".encode()).hexdigest()[:32]
         refusal = self._refusals.check(key)
         if refusal is not None:
-            self._stats["refused"] += 1
+            self._counts.refused += 1
             raise LogicError("refused", refusal.message, kind)
         if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._ready_workers():
             raise LogicError("crashed", "the evaluator's workers cannot start (see evaluator.spawn_failed)", kind)
         if len(self._pending) >= self.queue_max:
-            self._stats["overloaded"] += 1
+            self._counts.overloaded += 1
             raise LogicError(
                 "overloaded",
                 f"the evaluator is overloaded: {len(self._pending)} jobs are waiting"
@@ -239,13 +268,14 @@ class EvaluatorPool(WorkerEvents):
                 self._pending.remove(record)
             raise
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> PoolStats:
         """Counters since the pool started, and the current queue and worker counts."""
-        out = dict(self._stats)
-        out["queued"] = len(self._pending)
-        out["workers_live"] = sum(1 for w in self._live if w.state == "ready")
-        out["refusing"] = len(self._refusals)
-        return out
+        return PoolStats(
+            **dataclasses.asdict(self._counts),
+            queued=len(self._pending),
+            workers_live=sum(1 for w in self._live if w.state == "ready"),
+            refusing=len(self._refusals),
+        )
 
     # -- supervision -------------------------------------------------------------------------------------
 
@@ -277,7 +307,7 @@ class EvaluatorPool(WorkerEvents):
             raise
         self._spawning -= 1
         self._spawn_failures = 0
-        self._stats["workers_started"] += 1
+        self._counts.workers_started += 1
         if self._closed:
             worker.kill("close")
             return worker
@@ -322,7 +352,7 @@ class EvaluatorPool(WorkerEvents):
                 continue
             self._run_on(worker, record)
         if self._pending and not self._idle and not self._ready_workers() and not self._closed:
-            self._stats["cold_waits"] += 1
+            self._counts.cold_waits += 1
             if self._live_count() < self.workers:
                 self._spawn_soon()
 
@@ -357,13 +387,16 @@ class EvaluatorPool(WorkerEvents):
         worker.current = None
         if record.kill_timer is not None:
             record.kill_timer.cancel()
-        self._stats["jobs"] += 1
+        self._counts.jobs += 1
         if isinstance(outcome, LogicError):
             if outcome.reason in ("timeout", "memory"):
-                self._stats["timeouts" if outcome.reason == "timeout" else "memory_kills"] += 1
+                if outcome.reason == "timeout":
+                    self._counts.timeouts += 1
+                else:
+                    self._counts.memory_kills += 1
                 self._refusals.record(record.key, outcome.reason, outcome.message)
             elif outcome.reason == "crashed":
-                self._stats["crashes"] += 1
+                self._counts.crashes += 1
             if not record.future.done():
                 record.future.set_exception(outcome)
         elif not record.future.done():
@@ -428,9 +461,9 @@ class EvaluatorPool(WorkerEvents):
         worker.retiring = True
         with contextlib.suppress(ValueError):
             self._idle.remove(worker)
-        self._stats["retired"] += 1
+        self._counts.retired += 1
         if why == RECYCLED:
-            self._stats["recycled"] += 1
+            self._counts.recycled += 1
         log_event("evaluator.worker_retired", pid=worker.pid, why=why, jobs=worker.jobs_done)
         if worker.current is None:
             worker.shutdown()
@@ -458,7 +491,7 @@ class EvaluatorPool(WorkerEvents):
             else:
                 record.attempts += 1
                 if record.attempts < MAX_ATTEMPTS and not self._closed:
-                    self._stats["retries"] += 1
+                    self._counts.retries += 1
                     self._pending.appendleft(record)
                 else:
                     worker.current = record

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from bir import __version__
+from bir.core import config
 from bir.core.framing import NEED_DATA, LineSplitter, LineTooLong
 from bir.core.log import log_event
 
@@ -32,13 +33,19 @@ class HostSessionError(RuntimeError):
 
 
 class ProxyHost:
-    """One ``bir-proxy`` subprocess wrapping ``command`` as server ``name``, with this process as its host."""
+    """One ``bir-proxy`` subprocess wrapping ``command`` as server ``name``, with this process as its host.
 
-    def __init__(self, name: str, command: str, *, project: Path, env: Mapping[str, str]) -> None:
+    ``log_path``, when given, receives the proxy's stderr (its JSON log lines, and its upstream's stderr).
+    """
+
+    def __init__(
+        self, name: str, command: str, *, project: Path, env: Mapping[str, str], log_path: Path | None = None
+    ) -> None:
         self.name = name
         self.command = command
         self._project = project
         self._env = dict(env)
+        self._log_path = log_path
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self._initialized: asyncio.Future[dict[str, object]] | None = None
@@ -70,14 +77,21 @@ class ProxyHost:
             "--",
             *upstream,
         ]
-        self._process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=None,
-            env=self._env,
-            cwd=str(self._project),
-        )
+        log_fd = self._open_log()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log_fd,  # None: ours; else the log file, for the proxy and the upstream it starts
+                env=self._env,
+                cwd=str(self._project),
+            )
+        except OSError as exc:
+            raise HostSessionError(f"--wrap {self.name}: cannot start bir-proxy: {exc.strerror or exc}") from None
+        finally:
+            if log_fd is not None:
+                os.close(log_fd)  # the child holds its own copy
         loop = asyncio.get_running_loop()
         self._initialized = loop.create_future()
         self._reader = loop.create_task(self._read())
@@ -99,6 +113,20 @@ class ProxyHost:
             raise HostSessionError(f"{self.name} did not answer initialize within {INITIALIZE_TIMEOUT_S:g} s") from None
         self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return result
+
+    def _open_log(self) -> int | None:
+        """An append-only descriptor on ``log_path`` (0600), or None to leave the proxy our stderr.
+
+        Raises:
+            HostSessionError: the log file cannot be opened.
+        """
+        if self._log_path is None:
+            return None
+        try:
+            self._log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as exc:
+            raise HostSessionError(f"cannot open the log {self._log_path}: {exc.strerror or exc}") from None
 
     def _send(self, message: dict[str, object]) -> None:
         assert self._process is not None
@@ -124,6 +152,9 @@ class ProxyHost:
             if not data:
                 break
         if self._initialized is not None and not self._initialized.done():
+            # Its stdout closed: give it a moment to exit, so the error can say with what code.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._process.wait(), STOP_STEP_S)
             self._initialized.set_exception(
                 HostSessionError(f"{self.name}: the proxy exited before initializing (code {self._process.returncode})")
             )
@@ -175,8 +206,8 @@ class ProxyHost:
 
 
 def proxy_environment(bir_home: Path) -> dict[str, str]:
-    """The proxy inherits this environment (its upstream needs PATH and the like), with BIR_HOME
-    pointing at the in-process control server's own discovery folder."""
-    env = dict(os.environ)
+    """This process's environment (the upstream needs PATH and the like) minus bir's own secrets, with
+    BIR_HOME pointing at the control server's discovery folder."""
+    env = config.without_secrets(os.environ)
     env["BIR_HOME"] = str(bir_home)
     return env

@@ -6,7 +6,8 @@ servers. With a control server running for this directory, that one is used; oth
 NAME=COMMAND`` starts one in-process (announced only in a temporary ``BIR_HOME``, so no session
 sees it) and a ``bir-proxy`` per named server, with this process as their MCP host.
 
-The operator named the scenario, so it keeps its own contract: ``--param`` values win over
+``run_replay`` answers a ``ReplayReport`` (``bir.hooks.replay_report``); the CLI prints it, as text or
+as one JSON document. The operator named the scenario, so it keeps its own contract: ``--param`` values win over
 derivation, a target left without a value ends the run with the missing-target note and a
 non-zero exit (never a guess), a step it cannot send stands on its recorded output where one
 exists, and the allowlist does not gate it.
@@ -16,41 +17,61 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import anyio
 import httpx
 
 from bir.core import config
 from bir.core.bundle import MAX_REPLAY_REASON
-from bir.core.coverage import mode_for
+from bir.core.coverage import ReplayMode, mode_for
 from bir.core.derive import derive_parameters, resolve_api_key
+from bir.core.directive import reads_resp_params
 from bir.core.handover import Stop, handover_note
 from bir.core.log import log_event
+from bir.core.logic import eval_tool_input_logic
 from bir.core.outcome import StepVerdict
-from bir.core.plan import PlanError, ScenarioReplayPlan, StepResult, reads_resp_params
-from bir.core.redact import redact, redact_text
+from bir.core.plan import PlanError, ScenarioReplayPlan
+from bir.core.redact import redact_text
 from bir.core.service import ServiceClient, ServiceError
-from bir.core.truncate import cut, serialize_capped
+from bir.core.step_result import StepRan, StepResult
 from bir.core.types import PayloadError, Scenario, ScenarioStep, parse_scenario
 from bir.evaluator import EvaluatorPool, LogicError
 from bir.hooks.direct import DirectExecutor
 from bir.hooks.discovery import read_discovery, write_discovery
 from bir.hooks.host_session import HostSessionError, ProxyHost, proxy_environment
+from bir.hooks.replay_report import (
+    EXIT_MISSING_TARGET,
+    EXIT_OK,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    Outcome,
+    ReplayReport,
+    StepOutcome,
+)
 from bir.hooks.server import ControlServer
 
-EXIT_OK: Final = 0
-EXIT_STOPPED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_MISSING_TARGET: Final = 3
+__all__ = [
+    "EXIT_MISSING_TARGET",
+    "EXIT_OK",
+    "EXIT_STOPPED",
+    "EXIT_USAGE",
+    "ReplayArgs",
+    "ReplayReport",
+    "ReplayUsageError",
+    "load_scenario",
+    "main_args",
+    "parse_param",
+    "parse_wrap",
+    "run_replay",
+]
+
 SERVE_WAIT_S: Final = 30.0
-TERMINAL_CUT: Final = 600
+HEALTH_TIMEOUT_S: Final = 5.0
 
 
 class ReplayUsageError(ValueError):
@@ -64,18 +85,7 @@ class ReplayArgs:
     params: Mapping[str, object]
     wraps: Mapping[str, str]
     dry: bool
-    as_json: bool
     project: Path
-
-
-@dataclass
-class _StepRecord:
-    position: int
-    step: ScenarioStep
-    tool_input: dict[str, Any] | None = None
-    output: str | None = None
-    started: float = field(default_factory=time.monotonic)
-    duration_ms: int | None = None
 
 
 def parse_param(text: str) -> tuple[str, object]:
@@ -140,25 +150,11 @@ async def load_scenario(ref: str, service: ServiceClient) -> Scenario:
         raise ReplayUsageError(f"{ref}: {exc}") from None
 
 
-class _Printer:
-    """Human output on stdout, progress on stderr; with --json, stdout carries one document only."""
+Progress = Callable[[str], None]
 
-    def __init__(self, as_json: bool, out: IO[str], err: IO[str]) -> None:
-        self.as_json = as_json
-        self._out = out
-        self._err = err
 
-    def progress(self, text: str) -> None:
-        self._err.write(text + "\n")
-        self._err.flush()
-
-    def line(self, text: str = "") -> None:
-        if not self.as_json:
-            self._out.write(text + "\n")
-
-    def document(self, doc: Mapping[str, object]) -> None:
-        if self.as_json:
-            self._out.write(json.dumps(doc, ensure_ascii=False, indent=2, default=str) + "\n")
+def _quiet(_: str) -> None:
+    return None
 
 
 async def _derive(args: ReplayArgs, scenario: Scenario, service: ServiceClient) -> dict[str, object]:
@@ -187,10 +183,6 @@ def _missing_targets(scenario: Scenario, params: Mapping[str, object]) -> list[s
     return [name for name in scenario.targets if params.get(name) is None]
 
 
-def _verdicts(plan: ScenarioReplayPlan) -> dict[int, StepVerdict]:
-    return {v.step_index: v for v in plan.ledger}
-
-
 async def _wait_served(server: ControlServer, names: Sequence[str]) -> None:
     try:
         with anyio.fail_after(SERVE_WAIT_S):
@@ -201,41 +193,28 @@ async def _wait_served(server: ControlServer, names: Sequence[str]) -> None:
         raise HostSessionError(f"no proxy polled for {', '.join(missing)} within {SERVE_WAIT_S:g} s") from None
 
 
-async def run_replay(args: ReplayArgs, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> int:
-    """Run ``bir replay``; answer the exit code. Never raises for bad input: it says what is wrong."""
-    printer = _Printer(args.as_json, out, err)
-    try:
-        return await _run(args, printer)
-    except ReplayUsageError as exc:
-        err.write(f"bir replay: {exc}\n")
-        return EXIT_USAGE
-    except (HostSessionError, config.ConfigError) as exc:
-        err.write(f"bir replay: {exc}\n")
-        return EXIT_USAGE
+async def run_replay(args: ReplayArgs, *, progress: Progress = _quiet, child_log: Path | None = None) -> ReplayReport:
+    """Run ``bir replay`` and answer what happened; printing is the caller's.
 
+    ``progress`` hears short notes for a person (a server being started, an option ignored).
+    ``child_log`` is the file the ``bir-proxy`` processes it starts write their stderr to (None: ours).
 
-async def _run(args: ReplayArgs, printer: _Printer) -> int:
+    Raises:
+        ReplayUsageError: the scenario cannot be read or has no steps.
+        HostSessionError: a ``--wrap`` server could not be started or never polled.
+        config.ConfigError: a ``BIR_*`` value cannot be used.
+    """
     async with ServiceClient() as service:
         scenario = await load_scenario(args.scenario, service)
         if not scenario.steps:
             raise ReplayUsageError("the scenario has no steps")
         params = await _derive(args, scenario, service)
+        run = _Run(args, scenario, params, progress, child_log)
         missing = _missing_targets(scenario, params)
         if missing:
-            note = handover_note(
-                scenario.steps,
-                Stop("params_failed", 0, f"no value for the target {', '.join(missing)}: pass --param NAME=VALUE"),
-                params=params,
-                redact=redact_text,
-            )
-            printer.line(note)
-            printer.document(
-                {"scenario": scenario.id, "params": params, "missing": missing, "note": note, "exitCode": 3}
-            )
-            return EXIT_MISSING_TARGET
+            return _missing_report(run, missing)
         async with EvaluatorPool() as pool:
-            run = _Run(args, scenario, params, pool, printer)
-            return await (_dry(run) if args.dry else _with_control(run))
+            return await (_dry(run, pool) if args.dry else _with_control(run, pool))
 
 
 @dataclass(frozen=True)
@@ -243,74 +222,137 @@ class _Run:
     args: ReplayArgs
     scenario: Scenario
     params: dict[str, object]
-    pool: EvaluatorPool
-    printer: _Printer
+    progress: Progress
+    child_log: Path | None
+
+    def report(self, mode: ReplayMode, **fields: Any) -> ReplayReport:
+        return ReplayReport(
+            scenario_id=self.scenario.id,
+            intent=self.scenario.intent,
+            prompt=self.args.prompt,
+            mode=mode,
+            step_count=len(self.scenario.steps),
+            **fields,
+        )
 
 
-async def _dry(run: _Run) -> int:
+def _missing_report(run: _Run, missing: list[str]) -> ReplayReport:
+    # The stop belongs to no step: the note lists every step as not run.
+    stop = Stop("params_failed", None, f"no value for the target {', '.join(missing)}: pass --param NAME=VALUE")
+    note = handover_note(run.scenario.steps, stop, params=run.params, redact=redact_text)
+    return run.report(
+        mode_for(run.scenario.steps, set(run.args.wraps)),
+        params=run.params,
+        steps=(),
+        outcome="missing_target",
+        exit_code=EXIT_MISSING_TARGET,
+        missing=tuple(missing),
+        stop=stop,
+        note=note,
+        partial=True,
+    )
+
+
+def _stopped_report(run: _Run, mode: ReplayMode, exc: PlanError, steps: tuple[StepOutcome, ...] = ()) -> ReplayReport:
+    return run.report(
+        mode,
+        params=run.params,
+        steps=steps,
+        outcome="stopped",
+        exit_code=EXIT_STOPPED,
+        stop=exc.stop,
+        stop_tool=exc.tool_name,
+        note=exc.note,
+        partial=True,
+    )
+
+
+async def _dry(run: _Run, pool: EvaluatorPool) -> ReplayReport:
     """Derive and plan only: paramsLogic, then each input that does not read an earlier step's output."""
-    scenario, params, pool, printer = run.scenario, run.params, run.pool, run.printer
-    plan = ScenarioReplayPlan(scenario, "direct", _ready(params), pool)
+    scenario = run.scenario
+    mode = mode_for(scenario.steps, set(run.args.wraps))
+    plan = ScenarioReplayPlan(scenario, mode, _ready(run.params), pool)
     try:
         await plan.ready()
     except PlanError as exc:
-        printer.line(exc.note or exc.message)
-        printer.document({"scenario": scenario.id, "params": params, "note": exc.note, "exitCode": EXIT_STOPPED})
-        return EXIT_STOPPED
-    from bir.core.logic import eval_tool_input_logic
-
-    steps: list[dict[str, object]] = []
-    printer.line(f"scenario {scenario.id or '(unnamed)'}: {scenario.intent}")
-    printer.line(f"parameters: {json.dumps(plan.params, ensure_ascii=False)}")
+        return _stopped_report(run, mode, exc)
+    steps: list[StepOutcome] = []
     for position, step in enumerate(scenario.steps):
-        entry: dict[str, object] = {"stepIndex": step.step_index, "toolName": step.tool_name}
-        if reads_resp_params(step):
-            entry["input"] = None
-            shown = "(reads an earlier step's output)"
-        else:
+        tool_input: dict[str, Any] | None = None
+        error: str | None = None
+        if not reads_resp_params(step):
             try:
                 tool_input = await eval_tool_input_logic(pool, step, plan.params or {}, {})
-                entry["input"] = tool_input
-                shown = cut(json.dumps(tool_input, ensure_ascii=False), TERMINAL_CUT)
             except LogicError as exc:
-                entry["error"] = exc.message
-                shown = f"(toolInputLogic failed: {exc.message})"
-        steps.append(entry)
-        printer.line(f"  {position + 1}. {step.tool_name} — {step.reasoning}")
-        printer.line(f"     input: {shown}")
-    printer.document({"scenario": scenario.id, "params": plan.params, "steps": steps, "dry": True, "exitCode": 0})
-    return EXIT_OK
+                error = f"toolInputLogic failed: {exc.message}"
+        steps.append(_outcome(position, step, tool_input=tool_input, error=error))
+    return run.report(mode, params=plan.params, steps=tuple(steps), outcome="dry", exit_code=EXIT_OK)
+
+
+def _outcome(
+    position: int,
+    step: ScenarioStep,
+    *,
+    tool_input: dict[str, Any] | None = None,
+    output: str | None = None,
+    verdict: StepVerdict | None = None,
+    error: str | None = None,
+) -> StepOutcome:
+    return StepOutcome(
+        position=position,
+        step_index=step.step_index,
+        tool_name=step.tool_name,
+        reasoning=step.reasoning,
+        tool_input=tool_input,
+        output=output,
+        status=verdict.status if verdict else None,
+        stage=verdict.stage if verdict else None,
+        error=verdict.error if verdict else error,
+        duration_ms=verdict.duration_ms if verdict else None,
+    )
 
 
 async def _ready(params: dict[str, object]) -> dict[str, object]:
     return params
 
 
-async def _with_control(run: _Run) -> int:
-    args, printer = run.args, run.printer
+async def _served(url: str, token: str) -> set[str]:
+    """The servers a running control server has a polling proxy for (its ``/health``); empty if it cannot say."""
+    try:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            response = await client.get(
+                f"{url.rstrip('/')}/health", headers={"authorization": f"Bearer {token}"}, timeout=HEALTH_TIMEOUT_S
+            )
+        served = response.json().get("served") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return set()
+    return {name for name in served if isinstance(name, str)} if isinstance(served, list) else set()
+
+
+async def _with_control(run: _Run, pool: EvaluatorPool) -> ReplayReport:
+    args = run.args
     existing = read_discovery(args.project)
     if existing is not None:
         if args.wraps:
-            printer.progress("a control server is running for this directory: --wrap is not needed and is ignored")
-        return await _execute(run, existing.url, existing.token)
+            run.progress("a control server is running for this directory: --wrap is not needed and is ignored")
+        served = await _served(existing.url, existing.token)
+        return await _execute(run, pool, existing.url, existing.token, served)
     if not args.wraps:
-        printer.progress(
-            "no control server is running for this directory and no --wrap was given: MCP steps cannot be sent"
-        )
+        run.progress("no control server runs for this directory and no --wrap was given: MCP steps cannot be sent")
     server = ControlServer(replay_enabled=True)
     home = Path(tempfile.mkdtemp(prefix="bir-replay-"))
     hosts = [
-        ProxyHost(name, command, project=args.project, env=proxy_environment(home))
+        ProxyHost(name, command, project=args.project, env=proxy_environment(home), log_path=run.child_log)
         for name, command in args.wraps.items()
     ]
     try:
         url = await server.start()
         write_discovery(server.discovery(args.project), home=home)
         for host in hosts:
-            printer.progress(f"starting {host.name}: {host.command}")
+            run.progress(f"starting {host.name}: {host.command}")
             await host.start()
         await _wait_served(server, [h.name for h in hosts])
-        return await _execute(run, url, server.token)
+        return await _execute(run, pool, url, server.token, {h.name for h in hosts})
     finally:
         # Shielded: a cancelled run still stops what it started (each stop is bounded on its own).
         with anyio.CancelScope(shield=True):
@@ -320,24 +362,13 @@ async def _with_control(run: _Run) -> int:
         shutil.rmtree(home, ignore_errors=True)
 
 
-async def _execute(run: _Run, url: str, token: str) -> int:
-    args, scenario, params, pool, printer = run.args, run.scenario, run.params, run.pool, run.printer
-    records: dict[int, _StepRecord] = {}
-    count = len(scenario.steps)
-
-    def on_step(verdict: StepVerdict) -> None:
-        position = next((p for p, s in enumerate(scenario.steps) if s.step_index == verdict.step_index), -1)
-        record = records.get(position)
-        took = f" ({verdict.duration_ms} ms)" if verdict.duration_ms is not None else ""
-        why = f": {verdict.error}" if verdict.error else ""
-        printer.progress(f"[{position + 1}/{count}] {verdict.tool_name} … {verdict.status}{took}{why}")
-        if record is not None and record.duration_ms is None:
-            record.duration_ms = int((time.monotonic() - record.started) * 1000)
-
+async def _execute(run: _Run, pool: EvaluatorPool, url: str, token: str, wrapped: set[str]) -> ReplayReport:
+    scenario = run.scenario
+    inputs: dict[int, dict[str, Any]] = {}
+    outputs: dict[int, str] = {}
+    mode = mode_for(scenario.steps, wrapped)
     # The operator named the scenario: a step it cannot send stands on its recorded output, where it has one.
-    plan = ScenarioReplayPlan(
-        scenario, mode_for(scenario.steps, set()), _ready(params), pool, recorded_fallback=True, on_step=on_step
-    )
+    plan = ScenarioReplayPlan(scenario, mode, _ready(run.params), pool, recorded_fallback=True)
     async with httpx.AsyncClient(trust_env=False) as client:
         direct = DirectExecutor(
             client, url, token, step_timeout_s=config.require_int("BIR_STEP_TIMEOUT_MS") / 1000, allow=None
@@ -345,11 +376,10 @@ async def _execute(run: _Run, url: str, token: str) -> int:
 
         async def execute(step: ScenarioStep, tool_input: dict[str, Any]) -> StepResult:
             position = scenario.steps.index(step)
-            records[position] = _StepRecord(position, step, tool_input=tool_input)
-            printer.progress(f"[{position + 1}/{count}] {step.tool_name} …")
+            inputs[position] = tool_input
             result = await direct(step, tool_input)
-            output = getattr(result, "output", None)
-            records[position].output = output if isinstance(output, str) else None
+            if isinstance(result, StepRan):
+                outputs[position] = result.output
             return result
 
         bundle = await plan.compose_bundle(MAX_REPLAY_REASON, execute)
@@ -360,54 +390,33 @@ async def _execute(run: _Run, url: str, token: str) -> int:
                 response = await plan.response_model()
             except PlanError as exc:
                 response_error = exc.message
-    verdicts = _verdicts(plan)
-    steps_doc: list[dict[str, object]] = []
+    verdicts = {v.step_index: v for v in plan.ledger}
+    steps: list[StepOutcome] = []
     for position, step in enumerate(scenario.steps):
         verdict = verdicts.get(step.step_index)
-        record = records.get(position)
-        if verdict is None and record is None:
+        if position not in inputs and (verdict is None or verdict.stage == "params"):
             continue  # a step the run never reached is absent, not skipped (§11.2a)
-        entry: dict[str, object] = {
-            "stepIndex": step.step_index,
-            "toolName": step.tool_name,
-            "input": record.tool_input if record else None,
-            "output": record.output if record else None,
-            "status": verdict.status if verdict else None,
-            "stage": verdict.stage if verdict else None,
-            "error": verdict.error if verdict else None,
-            "durationMs": verdict.duration_ms if verdict else None,
-        }
-        steps_doc.append(entry)
-        printer.line(f"step {position + 1}/{count}  {step.tool_name}  {entry['status']}")
-        printer.line(f"  input:  {cut(serialize_capped(redact(entry['input'])), TERMINAL_CUT)}")
-        if record is not None and record.output is not None:
-            printer.line(f"  output: {cut(redact_text(record.output), TERMINAL_CUT)}")
-        if verdict is not None and verdict.error:
-            printer.line(f"  error:  {verdict.error}")
-    code = EXIT_OK if bundle.stop is None and response is not None else EXIT_STOPPED
-    if bundle.note:
-        printer.line()
-        printer.line(bundle.note)
-    if response is not None:
-        printer.line()
-        printer.line("response model:")
-        printer.line(json.dumps(response, ensure_ascii=False, indent=2))
-    elif response_error:
-        printer.line(f"responseParamsLogic failed: {response_error}")
-    printer.document(
-        {
-            "scenario": scenario.id,
-            "prompt": args.prompt,
-            "params": plan.params,
-            "steps": steps_doc,
-            "responseModel": response,
-            "note": bundle.note,
-            "partial": bundle.partial,
-            "exitCode": code,
-        }
+        steps.append(
+            _outcome(position, step, tool_input=inputs.get(position), output=outputs.get(position), verdict=verdict)
+        )
+    stop = bundle.stop
+    outcome: Outcome = "done" if response is not None else "response_failed" if stop is None else "stopped"
+    code = EXIT_OK if outcome == "done" else EXIT_STOPPED
+    stop_tool = scenario.steps[stop.step].tool_name if stop is not None and stop.step is not None else None
+    log_event("replay.finished", scenario_id=scenario.id, exit_code=code, steps=len(steps), mode=mode)
+    return run.report(
+        mode,
+        params=plan.params if plan.params is not None else run.params,
+        steps=tuple(steps),
+        outcome=outcome,
+        exit_code=code,
+        stop=stop,
+        stop_tool=stop_tool,
+        note=bundle.note,
+        partial=bundle.partial,
+        response=response,
+        response_error=response_error,
     )
-    log_event("replay.finished", scenario_id=scenario.id, exit_code=code, steps=len(steps_doc))
-    return code
 
 
 def main_args(namespace: Any) -> ReplayArgs:
@@ -424,6 +433,5 @@ def main_args(namespace: Any) -> ReplayArgs:
         params=params,
         wraps=wraps,
         dry=bool(namespace.dry),
-        as_json=bool(namespace.json),
         project=Path(namespace.project).resolve(),
     )

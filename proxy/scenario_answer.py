@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from bir.core.truncate import cut_counted
 from bir.hooks import api
 
 RUN_SCENARIO_NAME: Final = "run_scenario"
@@ -59,9 +60,7 @@ class Answer:
 
 
 def _bounded(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n…(cut: {len(text) - limit} more characters)"
+    return cut_counted(text, limit, lambda n: f"\n…(cut: {n} more characters)")
 
 
 def nothing_to_run(reason: str) -> Answer:

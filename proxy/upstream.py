@@ -1,6 +1,7 @@
 """The wrapped MCP server as a child process: spawn, signal, and a bounded stop.
 
-The child gets the host's environment unchanged (the upstream was configured for it) and writes
+The child gets the host's environment (the upstream was configured for it) minus bir's own secrets
+(``bir.core.config.SECRETS``: the proxy needs none of them, the upstream must never see them) and writes
 its stderr straight to ours. Stopping follows MCP's stdio shutdown: close its stdin, wait, then
 SIGTERM, wait, then SIGKILL — every step bounded, so a hung server cannot hold the host.
 """
@@ -16,6 +17,7 @@ import anyio
 import psutil
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
+from bir.core import config
 from bir.core.log import log_event
 
 CLOSE_GRACE_S: Final = 2.0
@@ -47,7 +49,7 @@ class Upstream:
 
     @classmethod
     async def spawn(cls, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Upstream:
-        """Start ``argv`` with pipes on stdin/stdout and our stderr.
+        """Start ``argv`` with pipes on stdin/stdout and our stderr, in ``env`` (default: ours) minus bir's secrets.
 
         Raises:
             UpstreamSpawnError: the command is missing, not executable, or the list is empty.
@@ -60,7 +62,7 @@ class Upstream:
                 stdin=-1,  # subprocess.PIPE
                 stdout=-1,
                 stderr=None,  # the upstream's stderr is the host's log, as without the proxy
-                env=dict(os.environ if env is None else env),
+                env=config.without_secrets(os.environ if env is None else env),
             )
         except OSError as exc:
             raise UpstreamSpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc

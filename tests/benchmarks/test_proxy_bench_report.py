@@ -11,7 +11,6 @@ from bir.benchmarks.proxy_bench_report import (
     VARIANTS,
     build_report,
     compare,
-    percentile,
     render_table,
     summarize,
 )
@@ -19,18 +18,7 @@ from bir.benchmarks.proxy_bench_report import (
 _META = {"iterations": 4, "warmup": 1, "loadavg_1m": 0.2, "cpu_count": 2}
 
 
-def test_a_percentile_is_the_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert (percentile(values, 0.5), percentile(values, 0.9), percentile(values, 0.99)) == (50.0, 90.0, 99.0)
-    assert percentile([7.0], 0.99) == 7.0
-    assert percentile([1.0, 2.0], 0.0) == 1.0
-
-
-def test_a_percentile_of_nothing_or_out_of_range_is_refused() -> None:
-    with pytest.raises(ValueError, match="no samples"):
-        percentile([], 0.5)
-    with pytest.raises(ValueError, match="between 0 and 1"):
-        percentile([1.0], 1.5)
+def test_a_summary_of_nothing_is_refused() -> None:
     with pytest.raises(ValueError, match="no samples"):
         summarize([])
 

@@ -86,3 +86,24 @@ def test_no_module_reads_a_bir_variable_from_the_environment_directly() -> None:
             if path.name != "config.py" and pattern.search(path.read_text(encoding="utf-8")):
                 offenders.append(path.name)
     assert offenders == []
+
+
+def test_validate_all_reads_every_variable_and_names_the_first_bad_one() -> None:
+    config.validate_all({})
+    with pytest.raises(config.ConfigError, match="BIR_STEP_TIMEOUT_MS must be a whole number"):
+        config.validate_all({"BIR_STEP_TIMEOUT_MS": "abc"})
+    with pytest.raises(config.ConfigError, match="BIR_LOGIC_ENGINE must be one of"):
+        config.validate_all({"BIR_LOGIC_ENGINE": "spidermonkey"})
+
+
+def test_settings_say_where_each_value_comes_from_and_never_show_a_secret() -> None:
+    rows = {s.name: s for s in config.settings({"BIR_STEP_TIMEOUT_MS": "5000", "BIR_TOKEN": "tok-secret"})}
+    assert rows["BIR_STEP_TIMEOUT_MS"] == config.Setting("BIR_STEP_TIMEOUT_MS", "5000", "60000", "environment")
+    assert rows["BIR_LOGIC_WORKERS"] == config.Setting("BIR_LOGIC_WORKERS", "2", "2", "default")
+    assert rows["BIR_TOKEN"].value == "(set)"
+    assert "tok-secret" not in config.text_table({"BIR_TOKEN": "tok-secret"})
+
+
+def test_bir_secrets_are_left_out_of_an_environment_passed_on() -> None:
+    env = {"PATH": "/bin", "BIR_TOKEN": "t", "BIR_DERIVE_API_KEY": "k", "ANTHROPIC_API_KEY": "a", "BIR_HOME": "/h"}
+    assert config.without_secrets(env) == {"PATH": "/bin", "ANTHROPIC_API_KEY": "a", "BIR_HOME": "/h"}

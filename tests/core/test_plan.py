@@ -17,6 +17,7 @@ from bir.core.outcome import StepVerdict
 from bir.core.plan import (
     MAX_DIRECTIVE_CHARS,
     PlanError,
+    PlanState,
     PlanStateError,
     ScenarioReplayPlan,
     StepNoAnswer,
@@ -782,3 +783,68 @@ def test_only_an_is_error_result_reads_as_a_tool_error() -> None:
     assert tool_error_of('{"stdout": "isError", "x": 1}') is None
     assert tool_error_of('{"isError": true}') == "the tool reported an error"
     assert tool_error_of('not json "isError"') is None
+
+
+# -- the injection guard where values are used (§13.2 mitigation 6) ----------------------------------
+
+
+async def test_a_derived_value_the_injection_guard_refuses_hands_over_before_any_step(pool: EvaluatorPool) -> None:
+    plan = make_plan(pool, "fleet-mixed.json", {**MIXED_PARAMS, "region": "eu-west-1; rm -rf ~"})
+    executor = Executor()
+
+    with pytest.raises(PlanError) as caught:
+        await plan.ready()
+    result = await plan.compose_bundle(60_000, executor)
+
+    assert executor.calls == []
+    assert caught.value.stage == "params"
+    assert caught.value.refused_as_unsafe
+    assert caught.value.note is not None
+    assert "refused as unsafe" in caught.value.note
+    assert result.note == caught.value.note
+    assert statuses(plan) == [(0, "failed", "params")]
+
+
+async def test_a_plan_whose_values_pass_the_guard_is_not_marked_unsafe(pool: EvaluatorPool) -> None:
+    plan = make_plan(pool, "fleet-mixed.json", {**MIXED_PARAMS, "region": None})
+
+    with pytest.raises(PlanError) as caught:
+        await plan.ready()
+
+    assert not caught.value.refused_as_unsafe
+
+
+# -- the state value ----------------------------------------------------------------------------------
+
+
+async def test_the_plan_state_moves_from_arming_to_done_one_hook_at_a_time(pool: EvaluatorPool) -> None:
+    plan = make_plan(pool, "fleet-direct.json", mode="steer")
+    states = [plan.state]
+    await plan.ready()
+    states.append(plan.state)
+    await plan.tool_input_for_current_step()
+    await plan.apply_output(LIST_RESULT)
+    states.append(plan.state)
+    await plan.tool_input_for_current_step()
+    await plan.apply_output(DEVICE_RESULT)
+    states.append(plan.state)
+    assert states == [PlanState.ARMING, PlanState.READY, PlanState.STEERING, PlanState.DONE]
+
+
+async def test_the_plan_is_composing_while_its_bundle_runs_and_stopped_after_a_hand_over(
+    pool: EvaluatorPool,
+) -> None:
+    plan = make_plan(pool, "fleet-direct.json")
+    seen: list[PlanState] = []
+
+    async def execute(step: ScenarioStep, tool_input: dict[str, Any]) -> StepResult:
+        seen.append(plan.state)
+        if step.tool_name == "mcp__fleet__get_device":
+            return StepNoAnswer("no answer in 60 s")
+        return StepRan(LIST_RESULT)
+
+    await plan.compose_bundle(60_000, execute)
+
+    assert seen == [PlanState.COMPOSING, PlanState.COMPOSING]
+    assert plan.state is PlanState.STOPPED
+    assert plan.stopped

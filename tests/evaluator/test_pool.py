@@ -19,6 +19,7 @@ import pytest
 
 from bir.core.config import ConfigError
 from bir.evaluator import EvaluatorPool, LogicError
+from bir.evaluator.pool import PoolStats
 from bir.evaluator.process import WorkerProcess
 
 pytestmark = pytest.mark.anyio
@@ -58,20 +59,20 @@ async def test_a_body_that_loops_is_stopped_near_its_limit_and_its_worker_serves
         assert await pool.evaluate("paramsLogic", "return {ok: 1}", {}) == {"ok": 1}
         if engine == "v8":
             assert _worker_pids(pool) == before  # V8 terminated the loop in place
-        assert pool.stats()["timeouts"] == 1
+        assert pool.stats().timeouts == 1
 
 
 async def test_a_body_that_overran_is_refused_at_once_with_the_same_message(engine: str) -> None:
     async with EvaluatorPool(workers=1, timeout_ms=200, engine=engine) as pool:
         with pytest.raises(LogicError) as first:
             await pool.evaluate("paramsLogic", "while (true) {}", {})
-        jobs = pool.stats()["jobs"]
+        jobs = pool.stats().jobs
         with pytest.raises(LogicError) as again:
             await pool.evaluate("paramsLogic", "while (true) {}", {})
         assert again.value.reason == "refused"
         assert again.value.message == first.value.message
-        assert pool.stats()["jobs"] == jobs  # refused without running
-        assert pool.stats()["refused"] == 1
+        assert pool.stats().jobs == jobs  # refused without running
+        assert pool.stats().refused == 1
 
 
 async def test_a_microtask_loop_is_a_timeout_and_never_wedges_the_pool() -> None:
@@ -120,7 +121,7 @@ async def test_a_memory_bomb_is_stopped_as_memory(engine: str, bomb: str) -> Non
             await pool.evaluate("paramsLogic", bomb, {})
         assert caught.value.reason == "memory"
         assert "ran out of memory" in caught.value.message
-        assert pool.stats()["memory_kills"] == 1
+        assert pool.stats().memory_kills == 1
         assert await pool.evaluate("paramsLogic", "return {after: 1}", {}) == {"after": 1}
 
 
@@ -131,7 +132,7 @@ async def test_a_worker_killed_mid_job_runs_the_job_once_more_on_another_worker(
         os.kill(pid, signal.SIGKILL)
         assert await job == {"done": True}
         stats = pool.stats()
-        assert stats["retries"] == 1
+        assert stats.retries == 1
         assert pid not in _worker_pids(pool)
 
 
@@ -162,23 +163,23 @@ async def test_a_thousand_concurrent_jobs_are_all_answered_correctly(engine: str
             *(pool.evaluate("toolInputLogic", body, {"i": i}, {"who": f"w{i}"}) for i in range(1000))
         )
         assert results == [{"i": i, "sq": i * i, "who": f"w{i}"} for i in range(1000)]
-        assert pool.stats()["jobs"] == 1000
+        assert pool.stats().jobs == 1000
 
 
 async def test_workers_are_recycled_under_load_and_no_job_waits_for_a_start() -> None:
     async with EvaluatorPool(workers=2, max_jobs=40) as pool:
         round_ = 0
         with anyio.fail_after(60):
-            while pool.stats()["recycled"] < 4:
+            while pool.stats().recycled < 4:
                 results = await asyncio.gather(
                     *(pool.evaluate("paramsLogic", "return {v: params.v}", {"v": round_ * 100 + i}) for i in range(100))
                 )
                 assert results == [{"v": round_ * 100 + i} for i in range(100)]
                 round_ += 1
         stats = pool.stats()
-        assert stats["recycled"] >= 4
-        assert stats["workers_started"] >= 2 + stats["recycled"]
-        assert stats["cold_waits"] == 0
+        assert stats.recycled >= 4
+        assert stats.workers_started >= 2 + stats.recycled
+        assert stats.cold_waits == 0
 
 
 async def test_a_full_queue_answers_overloaded(engine: str) -> None:
@@ -203,8 +204,8 @@ async def test_a_cancelled_caller_leaves_no_wedged_worker_and_no_leaked_job(engi
             with pytest.raises(asyncio.CancelledError):
                 await task
         assert await pool.evaluate("paramsLogic", "return {next: 1}", {}) == {"next": 1}
-        assert pool.stats()["queued"] == 0
-        assert pool.stats()["jobs"] == 2  # the cancelled running job finished; the queued one never ran
+        assert pool.stats().queued == 0
+        assert pool.stats().jobs == 2  # the cancelled running job finished; the queued one never ran
 
 
 async def test_a_closed_pool_answers_closed_and_fails_queued_jobs() -> None:
@@ -301,3 +302,13 @@ def test_a_setting_that_is_not_a_number_names_its_variable(monkeypatch: pytest.M
     monkeypatch.setenv("BIR_LOGIC_MEMORY_MB", "lots")
     with pytest.raises(ConfigError, match="BIR_LOGIC_MEMORY_MB"):
         EvaluatorPool()
+
+
+async def test_the_pool_counters_are_a_typed_record_with_a_json_form(engine: str) -> None:
+    async with EvaluatorPool(workers=1, engine=engine) as pool:
+        await pool.evaluate("paramsLogic", "return params;", {"a": 1})
+        stats = pool.stats()
+    assert isinstance(stats, PoolStats)
+    assert stats.jobs == 1
+    assert stats.as_dict()["jobs"] == 1
+    assert json.loads(json.dumps(stats.as_dict())) == stats.as_dict()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import io
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -20,8 +19,9 @@ import pytest
 from bir.core import config
 from bir.core.handover import OPENING
 from bir.hooks.discovery import write_discovery
-from bir.hooks.host_session import ProxyHost, proxy_environment
-from bir.hooks.replay_cmd import EXIT_MISSING_TARGET, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, ReplayArgs, run_replay
+from bir.hooks.host_session import HostSessionError, ProxyHost, proxy_environment
+from bir.hooks.replay_cmd import EXIT_MISSING_TARGET, EXIT_OK, EXIT_STOPPED, ReplayArgs, ReplayUsageError, run_replay
+from bir.hooks.replay_report import ReplayReport, render_json
 from bir.hooks.server import ControlServer
 
 pytestmark = pytest.mark.anyio
@@ -99,16 +99,15 @@ def _args(scenario: Path | str, *, params: dict[str, object] | None = None, wrap
         params=params or {},
         wraps={"fleet": FLEET} if wrap else {},
         dry=dry,
-        as_json=True,
         project=project,
     )
 
 
-async def _replay(args: ReplayArgs, err: io.StringIO | None = None) -> tuple[int, dict[str, Any], str]:
-    out, err = io.StringIO(), err or io.StringIO()
-    code = await run_replay(args, out, err)
-    doc: dict[str, Any] = json.loads(out.getvalue()) if out.getvalue().strip() else {}
-    return code, doc, err.getvalue()
+async def _replay(args: ReplayArgs) -> tuple[int, dict[str, Any], ReplayReport]:
+    """The exit code, the document ``--json`` prints (through a JSON round trip), and the report."""
+    report = await run_replay(args)
+    doc: dict[str, Any] = json.loads(json.dumps(render_json(report), default=str))
+    return report.exit_code, doc, report
 
 
 def _riskiest(region: str) -> dict[str, Any]:
@@ -226,21 +225,17 @@ async def test_a_step_that_cannot_be_sent_stops_the_plan_with_nothing_of_it_happ
 async def test_an_unreadable_scenario_is_a_usage_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"steps": [{"stepIndex": 0}]}')
-    err = io.StringIO()
-    code, _, _ = await _replay(_args(bad, project=tmp_path, wrap=False), err)
-    assert code == EXIT_USAGE
-    assert "steps.0.toolName" in err.getvalue()
-    code, _, _ = await _replay(_args(tmp_path / "missing.json", project=tmp_path, wrap=False), err)
-    assert code == EXIT_USAGE
+    with pytest.raises(ReplayUsageError, match=r"steps\.0\.toolName"):
+        await run_replay(_args(bad, project=tmp_path, wrap=False))
+    with pytest.raises(ReplayUsageError, match=r"missing\.json"):
+        await run_replay(_args(tmp_path / "missing.json", project=tmp_path, wrap=False))
 
 
 async def test_a_wrapped_command_that_does_not_start_is_a_clear_error(tmp_path: Path) -> None:
     args = _args(FIXTURES / "fleet-direct.json", params={"region": "eu-west-1"}, project=tmp_path)
     args = ReplayArgs(**{**args.__dict__, "wraps": {"fleet": "/nonexistent/server --stdio"}})
-    err = io.StringIO()
-    code, _, _ = await _replay(args, err)
-    assert code == EXIT_USAGE
-    assert "fleet" in err.getvalue()
+    with pytest.raises(HostSessionError, match="fleet"):
+        await run_replay(args)
     assert _proxy_processes() == []
 
 
@@ -251,3 +246,41 @@ async def test_a_running_control_server_is_used_with_the_proxies_it_already_has(
     assert code == EXIT_OK
     assert doc["responseModel"]["device"] == _riskiest("ap-southeast-2")
     assert _proxy_processes() == []
+
+
+async def test_a_missing_target_note_lists_every_step_as_not_run(tmp_path: Path) -> None:
+    code, doc, _ = await _replay(_args(FIXTURES / "fleet-direct.json", project=tmp_path, wrap=False))
+    assert code == EXIT_MISSING_TARGET
+    rest = doc["note"].split("The rest of the plan:")[1]
+    assert "1. mcp__fleet__list_devices" in rest
+    assert "2. mcp__fleet__get_device" in rest
+
+
+async def test_the_mode_follows_the_servers_that_are_wrapped(tmp_path: Path) -> None:
+    code, doc, _ = await _replay(
+        _args(FIXTURES / "fleet-direct.json", params={"region": "eu-west-1"}, project=tmp_path)
+    )
+    assert code == EXIT_OK
+    assert doc["mode"] == "direct"
+    code, doc, _ = await _replay(_args(FIXTURES / "fleet-mixed.json", params={"region": "eu-west-1"}, project=tmp_path))
+    assert doc["mode"] == "steer"  # Read and Bash run only inside a session
+    args = _args(FIXTURES / "fleet-direct.json", params={"region": "eu-west-1"}, project=tmp_path, wrap=False)
+    code, doc, _ = await _replay(args)
+    assert doc["mode"] == "steer"  # nothing wrapped, no control server
+
+
+async def test_the_mode_follows_what_a_running_control_server_serves(tmp_path: Path) -> None:
+    args = _args(FIXTURES / "fleet-direct.json", params={"region": "eu-west-1"}, project=tmp_path, wrap=False)
+    async with _running_control_server(tmp_path):
+        code, doc, _ = await _replay(args)
+    assert code == EXIT_OK
+    assert doc["mode"] == "direct"
+
+
+async def test_a_value_the_injection_guard_refuses_hands_over_before_any_step_runs(tmp_path: Path) -> None:
+    code, doc, _ = await _replay(
+        _args(FIXTURES / "fleet-mixed.json", params={"region": "eu-west-1;rm -rf ~"}, project=tmp_path)
+    )
+    assert code == EXIT_STOPPED
+    assert doc["steps"] == []
+    assert "refused as unsafe" in doc["note"]
