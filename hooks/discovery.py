@@ -14,11 +14,10 @@ import tempfile
 from pathlib import Path
 
 import msgspec
-import psutil
 
 from bir.core import config
 from bir.core.log import log_event
-from bir.core.paths import project_key
+from bir.core.paths import pid_alive, project_key
 
 # A discovery file is a few hundred bytes; anything much larger is not ours.
 MAX_FILE_BYTES = 64 * 1024
@@ -78,24 +77,6 @@ def write_discovery(discovery: Discovery, home: Path | None = None) -> Path:
             os.unlink(tmp_name)
         raise
     return target
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with ``pid`` exists (one owned by another user counts)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    # A process that exited but was not reaped yet still answers signal 0.
-    with contextlib.suppress(psutil.Error):
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    return True
 
 
 def _load(path: Path) -> Discovery | None:

@@ -28,9 +28,9 @@ import uvicorn
 from bir import __version__
 from bir.core import config, installed
 from bir.core.log import log_event, log_to_file, logs_dir
-from bir.core.paths import project_key, server_lock
+from bir.core.paths import pid_alive, project_key, server_lock
 from bir.hooks import api
-from bir.hooks.discovery import Discovery, pid_alive, read_discovery, remove_discovery, write_discovery
+from bir.hooks.discovery import Discovery, read_discovery, remove_discovery, write_discovery
 from bir.hooks.routes import HookHandler, ReceivedStep, ScenarioRunner, SeenHello, StepHook, build_app
 from bir.hooks.work_queue import ProxyWorkQueue
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import anyio
 
 from bir.core.log import log_event
+from bir.core.paths import pid_alive
 from bir.core.types import parse_qualified_name
 from bir.hooks.api import Work
-from bir.hooks.discovery import pid_alive
 
 # A server whose proxies have all been silent this long is not served: calls fail fast.
 PROXY_STALE_S = 60.0
