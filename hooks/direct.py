@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
@@ -31,6 +32,37 @@ def output_text(result: object) -> str:
     (spec §7.2, ``serializeCapped(redact(report.result))``), so logic written against the recording
     reads the same shape now."""
     return serialize_capped(redact(result), MAX_OUTPUT_CHARS)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a direct step goes: its server, the upstream's own tool name, and the time it may take."""
+
+    server: str
+    tool: str
+    timeout_s: float
+
+
+def route_step(
+    step: ScenarioStep,
+    *,
+    allow: AbstractSet[str] | None,
+    step_timeout_s: float,
+    deadline: float | None,
+    builtin_why: str,
+) -> Route | StepNotSent:
+    """The rules every direct executor applies before it sends a step: a wrapped MCP tool, a server the
+    allowlist admits (None: every server), and time left before ``deadline`` (monotonic)."""
+    parsed = parse_qualified_name(step.tool_name)
+    if parsed is None:
+        return StepNotSent(f"{step.tool_name} is a built-in: {builtin_why}")
+    server, tool = parsed
+    if allow is not None and server not in allow:
+        return StepNotSent(f"{server} is not in BIR_REPLAY_ALLOW_SERVERS")
+    timeout_s = step_timeout_s if deadline is None else min(step_timeout_s, deadline - time.monotonic())
+    if timeout_s <= 0:
+        return StepNotSent("the plan's time budget ran out before it")
+    return Route(server, tool, timeout_s)
 
 
 class DirectExecutor:
@@ -58,17 +90,16 @@ class DirectExecutor:
         self._deadline = deadline
 
     async def __call__(self, step: ScenarioStep, tool_input: dict[str, Any]) -> StepResult:
-        parsed = parse_qualified_name(step.tool_name)
-        if parsed is None:
-            return StepNotSent(f"{step.tool_name} is a built-in: it runs only inside a Claude Code session")
-        server, tool = parsed
-        if self._allow is not None and server not in self._allow:
-            return StepNotSent(f"{server} is not in BIR_REPLAY_ALLOW_SERVERS")
-        timeout_s = self._step_timeout_s
-        if self._deadline is not None:
-            timeout_s = min(timeout_s, self._deadline - time.monotonic())
-        if timeout_s <= 0:
-            return StepNotSent("the plan's time budget ran out before it")
+        route = route_step(
+            step,
+            allow=self._allow,
+            step_timeout_s=self._step_timeout_s,
+            deadline=self._deadline,
+            builtin_why="it runs only inside a Claude Code session",
+        )
+        if isinstance(route, StepNotSent):
+            return route
+        server, tool, timeout_s = route.server, route.tool, route.timeout_s
         body = api.ReplayCallRequest(
             server_name=server, tool_name=tool, arguments=tool_input, timeout_ms=max(1, int(timeout_s * 1000))
         )

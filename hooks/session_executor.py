@@ -7,13 +7,12 @@ servers ``BIR_REPLAY_ALLOW_SERVERS`` allows (§13.2).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 from bir.core.plan import StepNoAnswer, StepNotSent, StepRan, StepResult
-from bir.core.types import ScenarioStep, parse_qualified_name
-from bir.hooks.direct import output_text
+from bir.core.types import ScenarioStep
+from bir.hooks.direct import output_text, route_step
 from bir.hooks.work_queue import NotSentError, ProxyWorkQueue, StepTimeoutError, WorkQueueError
 
 
@@ -36,19 +35,19 @@ class SessionExecutor:
         self._deadline = deadline
 
     async def __call__(self, step: ScenarioStep, tool_input: dict[str, Any]) -> StepResult:
-        parsed = parse_qualified_name(step.tool_name)
-        if parsed is None:
-            return StepNotSent(f"{step.tool_name} is a built-in: only the model can call it")
-        server, tool = parsed
-        if self._allow is not None and server not in self._allow:
-            return StepNotSent(f"{server} is not in BIR_REPLAY_ALLOW_SERVERS")
-        timeout_s = self._step_timeout_s
-        if self._deadline is not None:
-            timeout_s = min(timeout_s, self._deadline - time.monotonic())
-        if timeout_s <= 0:
-            return StepNotSent("the plan's time budget ran out before it")
+        route = route_step(
+            step,
+            allow=self._allow,
+            step_timeout_s=self._step_timeout_s,
+            deadline=self._deadline,
+            builtin_why="only the model can call it",
+        )
+        if isinstance(route, StepNotSent):
+            return route
         try:
-            result = await self._queue.call(server, tool, tool_input, timeout_s, session_id=self._session_id)
+            result = await self._queue.call(
+                route.server, route.tool, tool_input, route.timeout_s, session_id=self._session_id
+            )
         except NotSentError as exc:
             return StepNotSent(str(exc))
         except StepTimeoutError as exc:

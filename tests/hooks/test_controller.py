@@ -198,7 +198,6 @@ async def test_another_first_call_vetoes_a_direct_plan_and_its_post_says_so(rig:
     assert "not being run" in post["hookSpecificOutput"]["additionalContext"]
     run = (await rig.http.post("/scenario/run", json={"toolUseId": "toolu_z"})).json()
     assert run == {"ok": False, "why": "no_plan"}
-    assert rig.fake.requests_to("derive") == [] or True  # derivation may have started; nothing ran
 
 
 async def test_the_runner_off_answers_every_hook_with_an_empty_object(rig: Rig) -> None:
