@@ -223,6 +223,17 @@ async def test_a_running_bir_scenario_lists_nothing_after_bir_off_and_run_scenar
         assert [tool.name for tool in (await client.list_tools()).tools] == ["run_scenario"]
 
 
+def test_after_bir_off_a_hook_answers_empty_and_revives_no_server(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    installed.update(project, replay=True)
+    assert main(["off"]) == 0
+    stamp = revive_stamp(Path(os.environ["BIR_HOME"]), project)
+    assert anyio.run(hook, project, "SessionStart", {}) == {}
+    assert not stamp.exists()
+    assert read_discovery(project) is None
+
+
 def test_bir_on_warns_when_bir_off_is_set_in_the_environment(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
