@@ -82,6 +82,17 @@ def _build_parser() -> argparse.ArgumentParser:
 
     _add_ops_parsers(sub)
 
+    logs = sub.add_parser(
+        "logs",
+        help="the project's control-server log, readable (JSON lines with --json)",
+        epilog="example:\n  bir logs -f\n  bir logs -n 200 --json | jq .event",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
+    logs.add_argument("-n", "--lines", type=int, default=50, help="how many of the last lines (default: 50)")
+    logs.add_argument("--json", action="store_true", help="the JSON lines as they are")
+    logs.add_argument("--project", default=".", help="the project directory (default: the working directory)")
+
     cfg = sub.add_parser("config", help="the BIR_* variables: value in effect, default, where from")
     cfg.add_argument("--markdown", action="store_true", help="print the README's table of variables instead")
     return parser
@@ -186,6 +197,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args)
         if args.command in ("install", "uninstall"):
             return _install_command(args)
+        if args.command == "logs":
+            from bir.hooks.logs_cmd import run_logs
+
+            def write(text: str) -> None:
+                sys.stdout.write(text + "\n")
+                sys.stdout.flush()
+
+            return run_logs(args.project, lines=args.lines, follow_on=args.follow, as_json=args.json, write=write)
         if args.command == "config":
             sys.stdout.write((config.markdown_table() if args.markdown else config.text_table()) + "\n")
             return EXIT_OK

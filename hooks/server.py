@@ -390,10 +390,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bir-hooks", description="bir's control server for one project.")
     parser.add_argument("--project", default=".", help="project directory (default: the working directory)")
     parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free port)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="log lines on stderr instead of <BIR_HOME>/logs/<project key>.log"
+    )
     args = parser.parse_args(args_list)
+    project = Path(args.project).resolve()
+    if not args.verbose:
+        # A server logs to its project's file (`bir logs` shows it), never to a terminal it shares.
+        try:
+            log_to_file(logs_dir(config.home()) / f"{project_key(project)}.log")
+        except OSError as exc:
+            sys.stderr.write(f"bir-hooks: cannot open the log under {logs_dir(config.home())}: {exc}\n")
+            return 1
     _route_uvicorn_logs()
     try:
-        return asyncio.run(_serve(Path(args.project).resolve(), args.port))
+        return asyncio.run(_serve(project, args.port))
     except (OSError, RuntimeError, ValueError) as exc:
         # ConfigError is a ValueError: one line naming the variable, never a traceback.
         sys.stderr.write(f"bir-hooks: {exc}\n")
