@@ -73,9 +73,10 @@ def follow(path: Path, *, stop: Callable[[], bool] = lambda: False, poll_s: floa
         with contextlib.suppress(FileNotFoundError):
             handle = path.open(encoding="utf-8", errors="replace")
             handle.seek(0, os.SEEK_END)
-            st = os.fstat(handle.fileno())
-            identity = (st.st_dev, st.st_ino)
+            opened = os.fstat(handle.fileno())
+            identity = (opened.st_dev, opened.st_ino)
         while not stop():
+            st: os.stat_result | None
             try:
                 st = path.stat()
             except FileNotFoundError:
