@@ -35,10 +35,10 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from bir import __version__
 from bir.benchmarks.proxy_bench_report import TOOLS, VARIANTS, build_report, render_table
 from bir.core.log import log_event
+from bir.hooks.api import CALL_ID_KEY
 from bir.hooks.discovery import write_discovery
 from bir.hooks.routes import ReceivedStep
 from bir.hooks.server import ControlServer
-from bir.proxy.rewrite import CALL_ID_KEY
 
 # The demo upstream ships inside the package, so the bench runs from an installed wheel too.
 FLEET_MODULE: Final = "bir.examples.fleet_server"

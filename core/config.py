@@ -109,6 +109,14 @@ _VARS: tuple[Variable, ...] = (
         "(direct runs, divergence); unset means every wrapped server.",
     ),
     Variable(
+        "BIR_CORRELATION_DECISION",
+        "choice",
+        "none",
+        "`allow` or `ask`: ordinary wrapped MCP calls carry a call id, answered with that decision "
+        "(never in plan mode); `none`: only pinned steps and bypassPermissions sessions do.",
+        choices=("none", "allow", "ask"),
+    ),
+    Variable(
         "BIR_STEP_TIMEOUT_MS",
         "int",
         60_000,

@@ -24,6 +24,10 @@ POLL_HOLD_MS: Final = 25_000
 # A step or call never waits longer than this through /replay/call.
 MAX_CALL_TIMEOUT_MS: Final = 600_000
 
+# The argument a hook adds to a wrapped MCP call so its proxy's report joins the hook (§7.1); the
+# proxy declares it in tools/list and strips it before the upstream sees the call.
+CALL_ID_KEY: Final = "__bir_call_id__"
+
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
 OptName = Annotated[str, msgspec.Meta(max_length=MAX_NAME)] | None
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]

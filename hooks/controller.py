@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+import msgspec
+
 from bir.core import config
 from bir.core.bundle import MAX_REPLAY_REASON
 from bir.core.coverage import ReplayMode
@@ -41,7 +43,8 @@ from bir.hooks.arming import Armable, DecisionCode, Decline, ladder
 from bir.hooks.match_gate import MatchGate, ServiceHealth
 from bir.hooks.routes import ReceivedStep
 from bir.hooks.session_executor import SessionExecutor
-from bir.hooks.session_state import PendingCall, Run, Session, SessionTable
+from bir.hooks.session_state import PendingCall, Run, Session, SessionTable, SteerState
+from bir.hooks.steer import SteerDriver, deny
 from bir.hooks.work_queue import ProxyWorkQueue
 
 RUN_SCENARIO_TOOL: Final = "mcp__bir__run_scenario"
@@ -164,13 +167,26 @@ class Controller:
         self._clock = clock
         self._by_tool_use: dict[str, tuple[str, asyncio.Event]] = {}
         self._proxy_reports: dict[str, api.StepReport] = {}
+        # A call id a hook injected (§7.1) → the host's tool-use id, for a report that carries only the id.
+        self._call_ids: dict[str, str] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.steer = SteerDriver(
+            queue=queue,
+            wrapped=wrapped,
+            service=service,
+            allow_servers=lambda: self.switches().allow,
+            proxy_report=self._proxy_report,
+            clock=clock,
+        )
 
     # -- the hook routes ------------------------------------------------------------------------
 
     async def handle(self, event: str, hook: api.HookInput) -> api.HookAnswer:
         self.queue.note_session(hook.session_id)
-        session = self.sessions.touch(hook.session_id, self._clock())
+        now = self._clock()
+        session = self.sessions.touch(hook.session_id, now)
+        route = api.HOOK_ROUTES.get(event)
+        deadline = now + (route[2] / 1000 if route is not None else 2.0)
         handler = {
             "SessionStart": self._on_start,
             "UserPromptSubmit": self._on_prompt,
@@ -182,7 +198,7 @@ class Controller:
         }.get(event)
         if handler is None:
             return api.EMPTY_HOOK_ANSWER
-        return await handler(session, hook)
+        return await handler(session, hook, deadline)
 
     def overdue(self, event: str, hook: api.HookInput) -> api.HookAnswer:
         session = self.sessions.get(hook.session_id)
@@ -190,13 +206,16 @@ class Controller:
         if event == "UserPromptSubmit" and run is not None:
             # The prompt is answered without the directive: whatever arms later is retired unannounced.
             run.answered = True
+        if event == "PreToolUse" and run is not None and run.plan is not None and run.plan.note:
+            # A hand-over under way: its note takes the call's place rather than a silent `{}` (§10).
+            return deny(run.plan.note)
         return api.EMPTY_HOOK_ANSWER
 
-    async def _on_start(self, session: Session, hook: api.HookInput) -> api.HookAnswer:
+    async def _on_start(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         log_event("session.started", session_id=session.session_id, source=hook.source)
         return api.EMPTY_HOOK_ANSWER
 
-    async def _on_prompt(self, session: Session, hook: api.HookInput) -> api.HookAnswer:
+    async def _on_prompt(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         switches = self.switches()
         if switches.off:
             return api.EMPTY_HOOK_ANSWER
@@ -328,6 +347,8 @@ class Controller:
             return None
         plan = self._plan(run, verdict, key)
         run.plan = plan
+        if verdict.mode == "steer":
+            run.steer = SteerState()
         run.steps_planned = plan.step_count
         run.phase = "arming"
         if verdict.scenario.targets:
@@ -388,7 +409,7 @@ class Controller:
 
     # -- tool calls -------------------------------------------------------------------------------
 
-    async def _on_pre(self, session: Session, hook: api.HookInput) -> api.HookAnswer:
+    async def _on_pre(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         if self.switches().off:
             return api.EMPTY_HOOK_ANSWER
         run = session.run
@@ -400,7 +421,11 @@ class Controller:
         if tool_use_id is not None and tool is not None and len(run.pending) < 256:
             run.pending[tool_use_id] = PendingCall(tool_use_id, tool, hook.tool_input, self._clock())
         plan = run.plan
-        if plan is None or plan.mode != "direct" or run.phase not in ("announced", "running"):
+        if plan is not None and plan.mode == "steer":
+            return await self.steer.pre(run, hook, deadline)
+        if plan is None:
+            return self._correlate(run, hook)
+        if plan.mode != "direct" or run.phase not in ("announced", "running"):
             return api.EMPTY_HOOK_ANSWER
         if tool == RUN_SCENARIO_TOOL:
             if run.bound_tool_use_id is None and run.permission_mode != "plan":
@@ -423,7 +448,7 @@ class Controller:
             self._retire(run, "vetoed")
         return api.EMPTY_HOOK_ANSWER
 
-    async def _on_post(self, session: Session, hook: api.HookInput) -> api.HookAnswer:
+    async def _on_post(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         run = session.run
         tool, tool_use_id = hook.tool_name, hook.tool_use_id
         if run is None or tool_use_id is None:
@@ -450,6 +475,12 @@ class Controller:
         if run.veto_note_for is not None and tool_use_id == run.veto_note_for:
             run.veto_note_for = None
             return _context(event, NOT_RUN_NOTE)
+        steered = await self.steer.post(run, hook, deadline)
+        if steered is not None:
+            if session.pending_note and steered is api.EMPTY_HOOK_ANSWER:
+                note, session.pending_note = session.pending_note, None
+                return _context(event, note)
+            return steered
         if session.pending_note:
             note, session.pending_note = session.pending_note, None
             return _context(event, note)
@@ -475,6 +506,33 @@ class Controller:
         took = None if duration_ms is None else round(duration_ms)
         self.recorder.step(run.run_id, None, tool, hook.tool_input, tool_output=output, error=error, duration_ms=took)
 
+    def _correlate(self, run: Run, hook: api.HookInput) -> api.HookAnswer:
+        """§7.1: an ordinary wrapped MCP call carries a call id only where answering changes nothing the
+        user is asked (``bypassPermissions``) or the operator opted in (``BIR_CORRELATION_DECISION``),
+        never in plan mode, and only into a server whose live proxy strips it."""
+        tool, tool_use_id = hook.tool_name, hook.tool_use_id
+        if tool is None or tool_use_id is None or not isinstance(hook.tool_input, dict):
+            return api.EMPTY_HOOK_ANSWER
+        mode = run.permission_mode
+        choice = config.get_str("BIR_CORRELATION_DECISION") or "none"
+        decision = "allow" if mode == "bypassPermissions" else choice
+        if mode == "plan" or decision not in ("allow", "ask") or api.CALL_ID_KEY in hook.tool_input:
+            return api.EMPTY_HOOK_ANSWER
+        updated = self.steer.with_call_id(tool, hook.tool_input)
+        call_id = updated.get(api.CALL_ID_KEY)
+        if not isinstance(call_id, str):
+            return api.EMPTY_HOOK_ANSWER
+        self._call_ids[call_id] = tool_use_id
+        while len(self._call_ids) > MAX_REPORTS_KEPT:
+            del self._call_ids[next(iter(self._call_ids))]
+        return api.HookAnswer(
+            hook_specific_output=api.HookSpecificOutput(
+                hook_event_name="PreToolUse",
+                permission_decision="allow" if decision == "allow" else "ask",
+                updated_input=updated,
+            )
+        )
+
     # -- proxies ----------------------------------------------------------------------------------
 
     def _note_tool_use(self, tool_use_id: str, session_id: str) -> None:
@@ -486,6 +544,8 @@ class Controller:
     async def on_step(self, received: ReceivedStep) -> None:
         """A proxy's report: it binds the proxy to the session whose call it was (FACTS.md §4)."""
         report = received.report
+        if report.tool_use_id is None and report.call_id is not None and report.call_id in self._call_ids:
+            report = msgspec.structs.replace(report, tool_use_id=self._call_ids[report.call_id])
         if report.tool_use_id is None:
             return
         self._proxy_reports[report.tool_use_id] = report
@@ -581,7 +641,7 @@ class Controller:
 
     # -- sealing and reporting --------------------------------------------------------------------
 
-    async def _on_stop(self, session: Session, hook: api.HookInput) -> api.HookAnswer:
+    async def _on_stop(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         run = session.run
         if run is not None:
             if hook.last_assistant_message:
@@ -590,7 +650,7 @@ class Controller:
             self._spawn_detached(self._finalize_later(run))
         return api.EMPTY_HOOK_ANSWER
 
-    async def _on_end(self, session: Session, hook: api.HookInput) -> api.HookAnswer:
+    async def _on_end(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         run = session.run
         if run is not None:
             self._seal(run)
@@ -611,6 +671,10 @@ class Controller:
         ):
             # §6.4: a direct plan whose run_scenario never came books not_steered.
             self._retire(run, "vetoed")
+        elif plan is not None and plan.mode == "steer" and run.phase in ("announced", "running", "arming"):
+            # The turn ended with the plan still armed: whatever threaded is work done, the rest was the model's.
+            run.end = "retired"
+            plan.close()
         run.phase = "sealed"
         run.sealed_at = self._clock()
 

@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from bir.core.coverage import StepReach
 from bir.core.outcome import PlanEnd
 from bir.core.plan import ScenarioReplayPlan
+from bir.core.source_run import SourceRun
 from bir.core.transcript import UsageMark
 from bir.core.types import Matched
 
@@ -33,6 +35,35 @@ class PendingCall:
     tool_name: str
     tool_input: Any
     started: float
+
+
+@dataclass
+class Pin:
+    """A pinned call, from its ``PreToolUse`` until its output threads (or the plan hands over)."""
+
+    tool_use_id: str
+    position: int
+    tool_name: str
+    reach: StepReach
+    last: bool
+    host_done_at: float | None = None
+    threaded: bool = False
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def touch(self) -> None:
+        self.changed.set()
+
+
+@dataclass
+class SteerState:
+    """A steer plan's live state, on its run."""
+
+    pins: dict[str, Pin] = field(default_factory=dict)
+    in_flight: Pin | None = None
+    declined: bool = False
+    # tool_use_id → the note its PostToolUse carries (an abandoned plan's "the arguments are yours").
+    notes: dict[str, str] = field(default_factory=dict)
+    source: SourceRun | None = None
 
 
 @dataclass
@@ -62,6 +93,8 @@ class Run:
     finalized: bool = False
     sealed_at: float | None = None
     pending: dict[str, PendingCall] = field(default_factory=dict)
+    # A steer plan's pins and notes (§7); None for a direct plan or no plan.
+    steer: SteerState | None = None
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property

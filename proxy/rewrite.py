@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-CALL_ID_KEY: Final = "__bir_call_id__"
+from bir.hooks.api import CALL_ID_KEY
+
 CALL_ID_SCHEMA: Final = {"type": "string", "description": "Reserved. Leave unset."}
 _MAX_CALL_ID_CHARS: Final = 256
 

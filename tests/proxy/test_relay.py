@@ -13,9 +13,8 @@ import pytest
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from bir.hooks.api import StepReport
+from bir.hooks.api import CALL_ID_KEY, StepReport
 from bir.proxy.relay import UPSTREAM_EXITED, Relay, RequestTimedOut, UpstreamGone, UpstreamRequestError
-from bir.proxy.rewrite import CALL_ID_KEY
 
 pytestmark = pytest.mark.anyio
 

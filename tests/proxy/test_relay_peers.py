@@ -26,10 +26,10 @@ from anyio.abc import Process
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from bir.hooks.api import CALL_ID_KEY
 from bir.hooks.discovery import write_discovery
 from bir.hooks.server import ControlServer
 from bir.hooks.work_queue import ProxyCallError, StepTimeoutError
-from bir.proxy.rewrite import CALL_ID_KEY
 from tests.paths import REPO
 from tests.peers import PEERS, npm_install, pip_install
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bir.hooks.api import CALL_ID_KEY
 from bir.proxy.rewrite import (
-    CALL_ID_KEY,
     declare_call_id,
     rewrite_tools_list_response,
     strip_call_id,
