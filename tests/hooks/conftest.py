@@ -8,3 +8,7 @@ import pytest
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# The control-server rig's fixtures, for every test in this folder that asks for them.
+from tests.hooks.control_rig import captured_logs, rig  # noqa: E402, F401

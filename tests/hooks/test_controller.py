@@ -3,138 +3,14 @@ BaseIn over loopback HTTP, a real ``bir-proxy`` wrapping the real demo fleet ser
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import sys
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import anyio
-import httpx
 import pytest
 
-from bir.core import log
-from bir.core.service import ServiceClient
-from bir.hooks.controller import Controller, Switches
-from bir.hooks.discovery import write_discovery
-from bir.hooks.host_session import ProxyHost, proxy_environment
-from bir.hooks.server import ControlServer
-from bir.hooks.session_host import live_controller
-from tests.fakes.baseinsvc import Canned, FakeBaseIn
-from tests.fakes.fixtures import running_fake_service
-from tests.paths import SCENARIOS
+from tests.hooks.control_rig import PROMPT, Rig, direct_hit, hook_input
 
 pytestmark = pytest.mark.anyio
-
-PROMPT = "find the riskiest device in eu-west-1 and show its details"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-def scenario(name: str = "fleet-direct") -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((SCENARIOS / f"{name}.json").read_text())
-    return data
-
-
-@dataclass
-class Rig:
-    fake: FakeBaseIn
-    server: ControlServer
-    controller: Controller
-    http: httpx.AsyncClient
-    logs: io.StringIO
-    switches: dict[str, Any]
-
-    async def hook(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = await self.http.post(path, json=body)
-        assert response.status_code == 200
-        answer: dict[str, Any] = response.json()
-        return answer
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.logs.getvalue().splitlines():
-            record = json.loads(line)
-            if record.get("event") == name:
-                found.append(record)
-        return found
-
-
-def hook_input(event: str, session: str = "sess-1", **fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "session_id": session,
-        "transcript_path": f"/nonexistent/{session}.jsonl",
-        "cwd": "/tmp/project",
-        "prompt_id": "p-1",
-        "permission_mode": "default",
-        "hook_event_name": event,
-    }
-    base.update(fields)
-    return base
-
-
-@pytest.fixture
-def captured_logs() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    log.set_stream(stream)
-    yield stream
-    log.set_stream(None)
-
-
-@pytest.fixture
-async def rig(tmp_path: Path, captured_logs: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Rig]:
-    monkeypatch.setenv("BIR_AUTH_URL", "http://placeholder")
-    switches: dict[str, Any] = {"off": False, "replay": True, "allow": None}
-    async with running_fake_service() as fake:
-        server = ControlServer(replay_enabled=True)
-        await server.start()
-        project = tmp_path / "project"
-        project.mkdir()
-        write_discovery(server.discovery(project))
-        host = ProxyHost(
-            "fleet",
-            f"{sys.executable} -m bir.examples.fleet_server",
-            project=project,
-            env=proxy_environment(Path(os.environ["BIR_HOME"])),
-        )
-        try:
-            async with (
-                ServiceClient(fake.url, fake.token) as service,
-                live_controller(
-                    server,
-                    project,
-                    service=service,
-                    switches=lambda: Switches(switches["off"], switches["replay"], switches["allow"]),
-                ) as controller,
-            ):
-                await host.start()
-                with anyio.fail_after(20):
-                    await server.queue.wait_served("fleet")
-                headers = {"authorization": f"Bearer {server.token}"}
-                async with httpx.AsyncClient(base_url=server.url or "", headers=headers, trust_env=False) as http:
-                    # A live bir-scenario with its tool: this process stands in for it.
-                    hello = {"pid": os.getpid(), "version": "test", "tools": 1, "off": False}
-                    assert (await http.post("/scenario/hello", json=hello)).status_code == 200
-                    yield Rig(fake, server, controller, http, captured_logs, switches)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await host.stop()
-                await server.stop()
-
-
-def direct_hit(fake: FakeBaseIn, similarity: float = 0.95) -> str:
-    data = scenario()
-    ticket = fake.add_match(PROMPT, data, similarity=similarity)
-    fake.derive_answers[data["id"]] = Canned(
-        200, {"params": {"region": "eu-west-1", "limit": 200}, "derived": True, "missing": [], "costUsd": 0.0004}
-    )
-    return ticket
 
 
 async def test_a_direct_hit_arms_announces_runs_through_the_proxy_and_reports_steered_full(rig: Rig) -> None:
