@@ -75,6 +75,9 @@ def _build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--project", default=".", help="the project directory (default: the working directory)")
         cmd.add_argument("--json", action="store_true", help="print one JSON document describing what changed")
 
+    from bir.hooks.scenario_cmd import add_parsers as add_scenario_parsers
+
+    add_scenario_parsers(sub)
     cfg = sub.add_parser("config", help="the BIR_* variables: value in effect, default, where from")
     cfg.add_argument("--markdown", action="store_true", help="print the README's table of variables instead")
     return parser
@@ -141,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args)
         if args.command in ("install", "uninstall"):
             return _install_command(args)
+        if args.command in ("scenario", "investigate"):
+            from bir.hooks.scenario_cmd import run_command
+
+            return _replay(args) if getattr(args, "scenario_command", "") == "replay" else run_command(args)
         if args.command == "config":
             sys.stdout.write((config.markdown_table() if args.markdown else config.text_table()) + "\n")
             return EXIT_OK
