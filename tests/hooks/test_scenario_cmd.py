@@ -74,7 +74,9 @@ def test_list_shows_each_run_with_its_iterations_and_scenario_state(
     assert code == 0
     header, row = out.splitlines()[:2]
     assert header.split()[:4] == ["run", "created", "iterations", "scenario"]
-    assert RUN in row and "3" in row.split() and f"{SCN} (ready)" in row
+    assert RUN in row
+    assert "3" in row.split()
+    assert f"{SCN} (ready)" in row
 
 
 def test_json_prints_the_services_body_unchanged(fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,7 +133,8 @@ def test_a_bad_token_says_how_to_sign_in_again(fake: FakeBaseIn, capsys: pytest.
         code, out, err = bir(capsys, "scenario", "list", "--json")
     assert code == 1
     assert json.loads(out) == {"error": "unauthorized"}
-    assert "refused the token (401)" in err and "bir login" in err
+    assert "refused the token (401)" in err
+    assert "bir login" in err
 
 
 def test_the_service_down_is_a_service_error_with_what_to_do(
@@ -150,7 +153,8 @@ def test_no_service_listening_says_it_cannot_reach_it(
     code, out, err = bir(capsys, "scenario", "list", "--json")
     assert code == 1
     assert json.loads(out)["error"] == "service_unreachable"
-    assert "cannot reach the BaseIn service" in err and "BIR_AUTH_URL" in err
+    assert "cannot reach the BaseIn service" in err
+    assert "BIR_AUTH_URL" in err
 
 
 def test_a_malformed_answer_is_an_error_not_a_crash(fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,7 +191,8 @@ def test_calc_force_on_a_plan_with_hand_edits_is_refused_unless_edits_are_discar
     assert bir(capsys, "scenario", "edit", SCN, "--step", "1", "--freeze")[0] == 0
     code, _, err = bir(capsys, "scenario", "calc", RUN, "--force")
     assert code == 1
-    assert "has hand edits" in err and "--discard-edits" in err
+    assert "has hand edits" in err
+    assert "--discard-edits" in err
     code, out, _ = bir(capsys, "scenario", "calc", SCN, "--force", "--discard-edits")
     assert code == 0
     assert f"Calculating {SCN}" in out
@@ -242,7 +247,8 @@ def test_a_logic_file_that_does_not_compile_is_refused_before_any_request(
     path = logic_file(tmp_path, "return { id: ")
     code, _, err = bir(capsys, "scenario", "edit", SCN, "--step", "1", "--input-logic", path)
     assert code == 1
-    assert "toolInputLogic refused here (compile" in err and "nothing was sent" in err
+    assert "toolInputLogic refused here (compile" in err
+    assert "nothing was sent" in err
     assert fake.requests == []
 
 
@@ -284,15 +290,19 @@ def test_a_save_with_problems_is_refused_and_a_forced_one_needs_a_note_and_stays
     path = logic_file(tmp_path, "return { id: 'd1' };")
     code, out, err = bir(capsys, "scenario", "edit", SCN, "--step", "1", "--input-logic", path)
     assert code == 1
-    assert "copy: the step copies" in out and "not saved: the change fails the check" in err
+    assert "copy: the step copies" in out
+    assert "not saved: the change fails the check" in err
     code, _, err = bir(capsys, "scenario", "edit", SCN, "--step", "1", "--input-logic", path, "--force")
-    assert code == 2 and '--force needs --note "<why>"' in err
+    assert code == 2
+    assert '--force needs --note "<why>"' in err
     args = ("scenario", "edit", SCN, "--step", "1", "--input-logic", path, "--force", "--note", "pinned on purpose")
     code, out, _ = bir(capsys, *args)
-    assert code == 0 and "(forced: the check had problems" in out
+    assert code == 0
+    assert "(forced: the check had problems" in out
     code, out, _ = bir(capsys, "investigate", SCN)
     assert code == 0
-    assert "FORCED sedit_0 on step 1" in out and "pinned on purpose" in out
+    assert "FORCED sedit_0 on step 1" in out
+    assert "pinned on purpose" in out
 
 
 def test_edit_with_nothing_to_change_is_told_in_words(fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]) -> None:
@@ -306,7 +316,8 @@ def test_a_stale_revision_is_refused_with_the_current_one(fake: FakeBaseIn, caps
     bir(capsys, "scenario", "edit", SCN, "--step", "1", "--freeze")
     code, _, err = bir(capsys, "scenario", "edit", SCN, "--step", "1", "--unfreeze", "--revision", "1")
     assert code == 1
-    assert "it is at revision 2" in err and "--revision 2" in err
+    assert "it is at revision 2" in err
+    assert "--revision 2" in err
 
 
 def test_payload_too_large_and_sandbox_unavailable_are_told_in_words(
@@ -314,7 +325,8 @@ def test_payload_too_large_and_sandbox_unavailable_are_told_in_words(
 ) -> None:
     big = logic_file(tmp_path, "return { id: 'd1' }; // " + "x" * 60_000)
     code, _, err = bir(capsys, "scenario", "edit", SCN, "--step", "1", "--input-logic", big)
-    assert code == 1 and "413 payload_too_large" in err
+    assert code == 1
+    assert "413 payload_too_large" in err
     fake.sandbox_down = True
     small = logic_file(tmp_path, "return { id: 'd1' };", "small.js")
     code, out, err = bir(capsys, "scenario", "check", SCN, "--step", "1", "--input-logic", small, "--json")
@@ -325,7 +337,8 @@ def test_payload_too_large_and_sandbox_unavailable_are_told_in_words(
 
 def test_freeze_and_unfreeze_together_is_a_usage_error(fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = bir(capsys, "scenario", "edit", SCN, "--step", "1", "--freeze", "--unfreeze")
-    assert code == 2 and "cannot be given together" in err
+    assert code == 2
+    assert "cannot be given together" in err
     assert fake.requests == []
 
 
@@ -340,9 +353,11 @@ def test_undo_walks_back_and_prints_how_to_redo(fake: FakeBaseIn, capsys: pytest
     assert "Undid sedit_1 of scn_fleet_direct (now at revision 4)." in out
     assert f"To redo it: bir scenario undo {SCN} --edit sedit_2" in out
     code, out, _ = bir(capsys, "scenario", "undo", SCN)
-    assert code == 0 and "Undid sedit_0" in out
+    assert code == 0
+    assert "Undid sedit_0" in out
     code, _, err = bir(capsys, "scenario", "undo", SCN)
-    assert code == 1 and "nothing to undo in scn_fleet_direct" in err
+    assert code == 1
+    assert "nothing to undo in scn_fleet_direct" in err
     code, out, _ = bir(capsys, "scenario", "undo", SCN, "--edit", "sedit_2")
     assert code == 0
     assert fake.scenarios[SCN]["steps"][1]["mark"] == "by_hand"
@@ -352,7 +367,8 @@ def test_undo_of_a_step_takes_back_that_steps_newest_edit(fake: FakeBaseIn, caps
     bir(capsys, "scenario", "edit", SCN, "--step", "0", "--freeze")
     bir(capsys, "scenario", "edit", SCN, "--step", "1", "--freeze")
     code, out, _ = bir(capsys, "scenario", "undo", RUN, "--step", "0")
-    assert code == 0 and "Undid sedit_0" in out
+    assert code == 0
+    assert "Undid sedit_0" in out
 
 
 def test_edit_and_step_cannot_be_given_together(fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]) -> None:
@@ -382,8 +398,11 @@ def test_edits_lists_the_history_newest_first(fake: FakeBaseIn, capsys: pytest.C
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == f"{SCN}, revision 3, newest first:"
-    assert lines[2].startswith("sedit_1") and "undo of sedit_0" in lines[2]
-    assert lines[3].startswith("sedit_0") and "undone" in lines[3] and "keep" in lines[3]
+    assert lines[2].startswith("sedit_1")
+    assert "undo of sedit_0" in lines[2]
+    assert lines[3].startswith("sedit_0")
+    assert "undone" in lines[3]
+    assert "keep" in lines[3]
 
 
 # -- the editing switch ------------------------------------------------------------------------------------
@@ -393,14 +412,18 @@ def test_editing_switch_is_stored_per_project_and_needs_an_install(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     code, _, err = bir(capsys, "scenario", "editing", "on", "--project", str(tmp_path))
-    assert code == 1 and "bir install --replay" in err
+    assert code == 1
+    assert "bir install --replay" in err
     installed.update(tmp_path)
     code, out, _ = bir(capsys, "scenario", "editing", "on", "--project", str(tmp_path))
-    assert code == 0 and "Scenario editing is on" in out
+    assert code == 0
+    assert "Scenario editing is on" in out
     switches = installed.project(tmp_path)
-    assert switches is not None and switches.editing
+    assert switches is not None
+    assert switches.editing
     code, out, _ = bir(capsys, "scenario", "editing", "status", "--project", str(tmp_path), "--json")
     assert json.loads(out)["editing"] is True
     bir(capsys, "scenario", "editing", "off", "--project", str(tmp_path))
     switches = installed.project(tmp_path)
-    assert switches is not None and not switches.editing
+    assert switches is not None
+    assert not switches.editing
