@@ -229,3 +229,42 @@ async def test_a_cancelled_call_leaves_no_process_and_no_temp_file(project: Path
 def test_every_scenario_tool_the_server_offers_is_housekeeping() -> None:
     for name in (*READ_TOOLS, *CHANGE_TOOLS):
         assert is_housekeeping(f"mcp__bir__{name}", {"target": SCN})
+
+
+def rpc(message_id: int | None, method: str, params: dict[str, Any]) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if message_id is not None:
+        message["id"] = message_id
+    return json.dumps(message).encode() + b"\n"
+
+
+@pytest.mark.anyio
+async def test_a_call_left_behind_when_the_host_exits_has_its_bir_stopped_and_files_removed(
+    project: Path, tmp_path: Path
+) -> None:
+    installed.update(project, editing=True)
+    err = tmp_path / "err"
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+    arguments = {"target": SCN, "step": 1, "inputLogic": "return { id: 'd1' };"}
+    async with fake_service() as fake:
+        fake.route_latency_s["save"] = float("inf")
+        env = {**os.environ, "BIR_AUTH_URL": fake.url, "BIR_TOKEN": fake.token}
+        with err.open("wb") as errlog:
+            server = await anyio.open_process(
+                [sys.executable, "-m", "bir.proxy.scenario_server"], env=env, cwd=project, stderr=errlog
+            )
+            async with server:
+                assert server.stdin is not None
+                await server.stdin.send(rpc(1, "initialize", hello))
+                await server.stdin.send(rpc(None, "notifications/initialized", {}))
+                await server.stdin.send(rpc(2, "tools/call", {"name": "scenario_edit", "arguments": arguments}))
+                with anyio.fail_after(CALL_TIMEOUT_S):
+                    while not fake.requests_to("save"):  # noqa: ASYNC110 - the request comes from another process
+                        await anyio.sleep(0.05)
+                (started,) = events(err, "scenario.tool_started")
+                # The host leaves without cancelling: its end of stdin closes.
+                await server.stdin.aclose()
+                with anyio.fail_after(10):
+                    await server.wait()
+    assert not psutil.pid_exists(started["pid"])
+    assert list(tmp_root().iterdir()) == []
