@@ -18,6 +18,10 @@ from bir.core.service import ServiceClient
 RUN_PREFIX: Final = "run_"
 SCENARIO_PREFIX: Final = "scn_"
 EDIT_PREFIX: Final = "sedit_"
+# A check runs the recording through the service's sandbox (its own budget is 5 s, queued behind
+# other checks): a changing request may take longer than BIR_SERVICE_TIMEOUT_MS, and stays under the
+# 120 s bir-scenario gives a changing tool.
+CHANGE_TIMEOUT_S: Final = 60.0
 
 
 def _seg(value: str | int) -> str:
@@ -58,7 +62,8 @@ class Reply:
 class ScenarioApi:
     """The scenario routes of one ``ServiceClient`` (which owns the URL, the token and the bounds).
 
-    ``read_timeout_s`` bounds the reading routes; the others take the client's own timeout.
+    ``read_timeout_s`` bounds the reading routes (None: the client's own timeout); the changing routes
+    get ``CHANGE_TIMEOUT_S``.
     """
 
     def __init__(self, service: ServiceClient, *, read_timeout_s: float | None = None) -> None:
@@ -70,7 +75,9 @@ class ScenarioApi:
         return Reply(status, raw)
 
     async def _send(self, method: str, path: str, route: str, body: Mapping[str, Any]) -> Reply:
-        status, raw = await self.service.request(method, path, route=route, json_body=dict(body))
+        status, raw = await self.service.request(
+            method, path, route=route, json_body=dict(body), timeout_s=CHANGE_TIMEOUT_S
+        )
         return Reply(status, raw)
 
     async def list_runs(self) -> Reply:

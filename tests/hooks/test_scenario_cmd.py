@@ -405,6 +405,22 @@ def test_edits_lists_the_history_newest_first(fake: FakeBaseIn, capsys: pytest.C
     assert "keep" in lines[3]
 
 
+# -- replay ---------------------------------------------------------------------------------------------
+
+
+def test_scenario_replay_is_bir_replay_of_the_services_scenario(
+    fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = ("--prompt", "the riskiest device in eu-west-1", "--param", "region=eu-west-1", "--param", "limit=5")
+    code, out, _ = bir(capsys, "scenario", "replay", SCN, *options, "--dry", "--json", "--verbose")
+    assert code == 0
+    report = json.loads(out)
+    code, alias_out, _ = bir(capsys, "replay", "--scenario", SCN, *options, "--dry", "--json", "--verbose")
+    assert code == 0
+    assert json.loads(alias_out) == report
+    assert (report["scenario"], report["outcome"]) == (SCN, "dry")
+
+
 # -- the editing switch ------------------------------------------------------------------------------------
 
 
