@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -101,7 +102,8 @@ def add_parsers(sub: Any) -> None:
         "scenario",
         help="read, recalculate, replay and hand-edit scenarios on the service",
         description="Thin clients over the BaseIn service's scenario routes (owner only).",
-        epilog=EXIT_CODES,
+        epilog=f"examples:\n  bir scenario list\n  bir scenario show run_8f2c --step 1\n\n{EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cmds = top.add_subparsers(dest="scenario_command", required=True)
     _json_flag(_sub(cmds, "list", "recorded runs, their iterations and scenario state"))
@@ -188,7 +190,9 @@ def run_command(args: argparse.Namespace, *, out: IO[str] | None = None, err: IO
     out = out or sys.stdout
     err = err or sys.stderr
     name = "bir investigate" if args.command == "investigate" else f"bir scenario {args.scenario_command}"
-    io = _Io(out, err, bool(getattr(args, "json", False)), Style(out.isatty()), name)
+    # Colour only on a terminal, and never where NO_COLOR asks for none (no-color.org).
+    colour = out.isatty() and "NO_COLOR" not in os.environ
+    io = _Io(out, err, bool(getattr(args, "json", False)), Style(colour), name)
     try:
         if args.command == "scenario" and args.scenario_command == "editing":
             return _editing(args, io)
@@ -254,7 +258,7 @@ def _refusal_words(reply: Reply, target: str, step: int | None) -> str:
         segments = ", ".join(str(s) for s in (data.get("segments") or [])[:50])
         return f"{target} has no whole-run scenario; its sub-task scenarios are: {segments} (use one of those ids)"
     if reply.status == 404:
-        return f"{target} was not found, or is not yours (only a scenario's owner sees it)"
+        return f"{target} was not found, or is not yours (only its owner sees it); `bir scenario list` shows yours"
     if code == "nothing_to_change":
         return f"nothing to change: {step_words} already has this code and mark"
     if code == "payload_too_large" or reply.status == 413:
@@ -284,7 +288,7 @@ def _refusal_words(reply: Reply, target: str, step: int | None) -> str:
         return 'a forced change needs a reason: add --note "<why>"'
     if reply.status >= 500:
         return f"the service failed (HTTP {reply.status}); try again later"
-    return f"the service refused (HTTP {reply.status}{', ' + code if code else ''})"
+    return f"the service refused (HTTP {reply.status}{', ' + code if code else ''}); --json shows its whole answer"
 
 
 def _refused(reply: Reply, io: _Io, target: str, step: int | None = None) -> Stop:
@@ -304,9 +308,7 @@ def _object(reply: Reply, io: _Io, what: str) -> dict[str, Any]:
     data = reply.data()
     if not isinstance(data, dict):
         if io.as_json:
-            io.body(reply) if data is not None else io.json_doc(
-                {"error": "bad_answer", "status": reply.status, "message": "the answer is not JSON"}
-            )
+            io.body(reply)
         io.warn(f"the service's answer to {what} cannot be read (HTTP {reply.status}, not a JSON object); try again")
         raise Stop(EXIT_STOPPED)
     return data
@@ -358,14 +360,20 @@ async def _list(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _Logi
     if not reply.ok:
         raise _refused(reply, io, "your runs")
     data = _object(reply, io, "list")
-    io.body(reply) if io.as_json else io.say(render_runs(data))
+    if io.as_json:
+        io.body(reply)
+    else:
+        io.say(render_runs(data))
     return EXIT_OK
 
 
 async def _show(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _LogicPlan | None) -> int:
     scenario_id, data, reply = await _resolve(api, io, args.target)
     if args.step is None:
-        io.body(reply) if io.as_json else io.say(render_scenario(data, io.style))
+        if io.as_json:
+            io.body(reply)
+        else:
+            io.say(render_scenario(data, io.style))
         return EXIT_OK
     step = _find_step(data, args.step)
     if step is None:
@@ -407,7 +415,10 @@ async def _edits(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _Log
     if not reply.ok:
         raise _refused(reply, io, scenario_id)
     data = _object(reply, io, "edits")
-    io.body(reply) if io.as_json else io.say(render_edits(data))
+    if io.as_json:
+        io.body(reply)
+    else:
+        io.say(render_edits(data))
     return EXIT_OK
 
 

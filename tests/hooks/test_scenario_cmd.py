@@ -90,6 +90,7 @@ def test_show_by_run_id_resolves_the_whole_run_scenario(fake: FakeBaseIn, capsys
     assert code == 0
     assert out.startswith(f"{SCN}  (ready, revision 1)")
     assert "step 1  mcp__fleet__get_device" in out
+    assert "\033[" not in out  # no colour off a terminal
     assert "region  target" in out
     assert [r.route for r in fake.requests] == ["run_scenario"]
 
@@ -443,3 +444,11 @@ def test_editing_switch_is_stored_per_project_and_needs_an_install(
     switches = installed.project(tmp_path)
     assert switches is not None
     assert not switches.editing
+
+
+@pytest.mark.parametrize("command", ["list", "show", "calc", "replay", "check", "edit", "edits", "undo", "editing"])
+def test_every_command_has_help_with_an_example(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["scenario", command, "--help"])
+    assert exited.value.code == 0
+    assert f"bir scenario {command}" in capsys.readouterr().out.split("example")[1]
