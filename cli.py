@@ -51,12 +51,17 @@ def _build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser(
         "replay",
-        help="run a scenario's plan through the control server and the proxies",
-        epilog=EXIT_CODES,
+        help="run a scenario's plan through the control server and the proxies, or set this project's switches",
+        epilog='examples:\n  bir replay --scenario scn_123 --prompt "…" --dry\n  bir replay status\n'
+        "  bir replay on\n  bir replay allow fleet,github\n  bir replay allow all\n\n" + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    rp.add_argument("--scenario", required=True, help="a scenario file, or a scn_ id on the service")
-    rp.add_argument("--prompt", required=True, help="the request the scenario is replayed for")
+    rp.add_argument(
+        "switch", nargs="?", choices=("status", "on", "off", "allow"), help="this project's replay switches instead"
+    )
+    rp.add_argument("servers", nargs="?", help="with allow: server keys separated by commas, or `all`")
+    rp.add_argument("--scenario", help="a scenario file, or a scn_ id on the service")
+    rp.add_argument("--prompt", help="the request the scenario is replayed for")
     rp.add_argument("--param", action="append", metavar="NAME=VALUE", help="a parameter value (wins over derivation)")
     rp.add_argument(
         "--wrap", action="append", metavar="NAME=COMMAND", help="with no control server: wrap this stdio MCP server"
@@ -75,12 +80,58 @@ def _build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--project", default=".", help="the project directory (default: the working directory)")
         cmd.add_argument("--json", action="store_true", help="print one JSON document describing what changed")
 
+    _add_ops_parsers(sub)
+
+    logs = sub.add_parser(
+        "logs",
+        help="the project's control-server log, readable (JSON lines with --json)",
+        epilog="example:\n  bir logs -f\n  bir logs -n 200 --json | jq .event",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
+    logs.add_argument("-n", "--lines", type=int, default=50, help="how many of the last lines (default: 50)")
+    logs.add_argument("--json", action="store_true", help="the JSON lines as they are")
+    logs.add_argument("--project", default=".", help="the project directory (default: the working directory)")
+
     from bir.hooks.scenario_cmd import add_parsers as add_scenario_parsers
 
     add_scenario_parsers(sub)
+
     cfg = sub.add_parser("config", help="the BIR_* variables: value in effect, default, where from")
     cfg.add_argument("--markdown", action="store_true", help="print the README's table of variables instead")
     return parser
+
+
+OPS_EXIT_CODES: Final = f"""exit codes:
+  {EXIT_OK}    ok
+  {EXIT_STOPPED}    refused or failed (the message says what to do next); status, doctor: something is broken
+  {EXIT_USAGE}    usage: a bad option or BIR_* value
+"""
+_OPS: Final = (
+    ("status", "one screen: installed, replay, control server, proxies, the bir server, the service", "bir status"),
+    ("doctor", "what is wrong here, replay first, and the command that fixes each thing", "bir doctor --json"),
+    ("off", "take the whole runner out of the way: hooks answer {}, the bir server lists no tools", "bir off"),
+    ("on", "undo `bir off`", "bir on"),
+    ("up", "start this project's control server (and let hooks revive it again)", "bir up --project ~/src/app"),
+    ("down", "stop this project's control server; nothing revives it until `bir up`", "bir down"),
+    ("login", "sign in to the BaseIn service (stored 0600; BIR_AUTH_URL/BIR_TOKEN win)", "bir login --url URL"),
+    ("logout", "forget the stored sign-in", "bir logout"),
+)
+
+_OPS_NAMES: Final = frozenset(name for name, _, _ in _OPS)
+
+
+def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for name, helptext, example in _OPS:
+        epilog = f"example:\n  {example}\n\n{OPS_EXIT_CODES}"
+        cmd = sub.add_parser(name, help=helptext, description=helptext, epilog=epilog)
+        cmd.formatter_class = argparse.RawDescriptionHelpFormatter
+        if name in ("status", "doctor", "up", "down"):
+            cmd.add_argument("--project", default=".", help="the project directory (default: the working directory)")
+        if name == "login":
+            cmd.add_argument("--url", help="the service's base URL (default: BIR_AUTH_URL, else the stored one)")
+            cmd.add_argument("--token", help="the token (default: asked for without echo, or read from stdin)")
+        cmd.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def _install_command(args: argparse.Namespace) -> int:
@@ -140,10 +191,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config.validate_all()
+        if args.command in _OPS_NAMES or (args.command == "replay" and args.switch):
+            from bir.hooks import ops_main
+
+            return ops_main.run(args)
         if args.command == "replay":
+            if not (args.scenario and args.prompt):
+                parser.error("bir replay needs --scenario and --prompt (or one of: status, on, off, allow)")
             return _replay(args)
         if args.command in ("install", "uninstall"):
             return _install_command(args)
+        if args.command == "logs":
+            from bir.hooks.logs_cmd import run_logs
+
+            def write(text: str) -> None:
+                sys.stdout.write(text + "\n")
+                sys.stdout.flush()
+
+            return run_logs(args.project, lines=args.lines, follow_on=args.follow, as_json=args.json, write=write)
         if args.command in ("scenario", "investigate"):
             from bir.hooks.scenario_cmd import run_command
 

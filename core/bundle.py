@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from bir.core.tool_text import model_text
+
 MAX_REPLAY_REASON: Final = 60_000
 BASH_CHANNEL_MAX: Final = 25_000
 BASH_INLINE_MAX: Final = 6_000
@@ -127,7 +129,7 @@ def assemble_bundle(
     heads = [
         _header(e) + ("\n" + render_input(e.tool_name, e.input, redact) if e.input is not None else "") for e in results
     ]
-    outputs = [e.output if e.output else "(no output)" for e in results]
+    outputs = [model_text(e.output) or "(no output)" for e in results]
     blocks: list[str] = [note] if note else []
     tail = [PARTIAL_MARKER] if partial else []
     # Every block is joined by a separator; a result is its head, a newline, then its output.

@@ -66,3 +66,8 @@ def pid_alive(pid: int) -> bool:
         return True
     state = stat.rpartition(")")[2].split()
     return not (state and state[0] in ("Z", "X"))
+
+
+def off_file(home: Path) -> Path:
+    """``<BIR_HOME>/off``: while it exists the whole runner is out of the way (``bir off`` writes it)."""
+    return home / "off"

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import anyio
 import httpx
 
-from bir.core import config
+from bir.core import config, credentials
 from bir.core.log import log_event
 from bir.core.truncate import one_line
 from bir.core.types import (
@@ -175,11 +175,11 @@ def _segment(value: str) -> str:
 class ServiceClient:
     """The BaseIn service over HTTP. Use as ``async with ServiceClient() as service: ...``.
 
-    ``base_url``, ``token`` and ``timeout_s`` default to ``BIR_AUTH_URL``, ``BIR_TOKEN`` and
-    ``BIR_SERVICE_TIMEOUT_MS``. Without a base URL the client is not ``configured``: ``match`` and
-    ``derive`` answer ``None`` and the other methods raise ``ServiceError("not_configured")``.
-    An injected ``client`` is used as is and left open; otherwise one is built (over ``transport``
-    when given) and closed with this object.
+    ``base_url``, ``token`` and ``timeout_s`` default to ``BIR_AUTH_URL``, ``BIR_TOKEN`` (else the
+    sign-in ``bir login`` stored, ``bir.core.credentials``) and ``BIR_SERVICE_TIMEOUT_MS``. Without a
+    base URL the client is not ``configured``: ``match`` and ``derive`` answer ``None`` and the other
+    methods raise ``ServiceError("not_configured")``. An injected ``client`` is used as is and left
+    open; otherwise one is built (over ``transport`` when given) and closed with this object.
 
     Raises:
         ConfigError: a ``BIR_*`` variable read here holds an unusable value.
@@ -194,9 +194,14 @@ class ServiceClient:
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        url = base_url if base_url is not None else config.get_str("BIR_AUTH_URL")
+        # BIR_AUTH_URL / BIR_TOKEN, else what `bir login` stored (its token only ever goes to its URL).
+        signed_in = credentials.effective() if base_url is None or token is None else None
+        url = base_url if base_url is not None else signed_in.url if signed_in is not None else None
         self.base_url: str | None = url.rstrip("/") if url else None
-        self._token = token if token is not None else config.get_str("BIR_TOKEN")
+        if token is None and signed_in is not None:
+            same_url = signed_in.url is not None and signed_in.url.rstrip("/") == self.base_url
+            token = signed_in.token if signed_in.token_from == "environment" or same_url else None
+        self._token = token
         self.timeout_s = timeout_s if timeout_s is not None else config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000
         self._owns_client = client is None
         self._client = client if client is not None else httpx.AsyncClient(transport=transport)

@@ -10,12 +10,16 @@ these tools:
 - ``slow_echo {text, delay_ms}``: answers ``text`` after ``delay_ms``, for timeout and cancellation
   tests. A cancelled call stops at once and says so on stderr (``fleet.cancelled``).
 
+With ``FLEET_CALL_LOG`` set to a file, each call to ``list_devices``/``get_device`` is appended to it as a
+JSON line (``{tool, arguments}``): a test sees what reached the server.
+
 Run it as ``python -m bir.examples.fleet_server`` (or ``python examples/fleet_server.py`` from a checkout).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -90,6 +94,14 @@ def _log(event: str, **fields: Any) -> None:
     sys.stderr.flush()
 
 
+def _record_call(tool: str, **arguments: Any) -> None:
+    # A test (or a curious user) can see which calls reached the server: FLEET_CALL_LOG names a file.
+    path = os.environ.get("FLEET_CALL_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+
+
 def build_server() -> MCPServer:
     """The ``fleet`` server with its three tools."""
     server = MCPServer("fleet", version="1.0.0", log_level="WARNING")
@@ -98,10 +110,12 @@ def build_server() -> MCPServer:
         description="List the devices of a region as a JSON array of {id, name, risk}.", structured_output=False
     )
     def list_devices(region: str, limit: int | None = None) -> str:
+        _record_call("list_devices", region=region, limit=limit)
         return json.dumps(list_devices_in(region, limit))
 
     @server.tool(description="Read one device, with all of its fields, as JSON.", structured_output=False)
     def get_device(id: str) -> str:
+        _record_call("get_device", id=id)
         return json.dumps(device_by_id(id))
 
     @server.tool(description="Answer `text` after `delay_ms` milliseconds (for tests).", structured_output=False)

@@ -166,8 +166,20 @@ class ReplayCallAnswer(_Body, frozen=True):
     why: str | None = None
 
 
+class LastHello(_Body, frozen=True):
+    """The newest ``/scenario/hello`` a control server heard, and how long ago (``bir status``)."""
+
+    pid: int
+    version: str
+    tools: int
+    off: bool
+    age_ms: int
+
+
 class Health(_Body, frozen=True):
-    """``GET /health``."""
+    """``GET /health``. ``served``: servers with a proxy polling now; ``wrapped``: every server a proxy
+    registered for since the server started; ``service``: ``ok``, ``cooling`` (after a failure, for
+    ``service_cooling_ms`` more) or ``unconfigured``, absent while no controller is attached."""
 
     ok: bool
     pid: int
@@ -175,6 +187,10 @@ class Health(_Body, frozen=True):
     uptime_ms: int
     served: list[str] = msgspec.field(default_factory=list)
     replay: bool = False
+    wrapped: list[str] = msgspec.field(default_factory=list)
+    last_hello: LastHello | None = None
+    service: Literal["ok", "cooling", "unconfigured"] | None = None
+    service_cooling_ms: NonNegInt | None = None
 
 
 # -- Claude Code's hooks (§10) -------------------------------------------------------------------------

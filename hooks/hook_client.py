@@ -2,7 +2,7 @@
 
 It reads the hook JSON on stdin, finds the project's control server through its discovery file,
 POSTs the body to the event's route with the bearer token and prints the answer. Whatever happens
-(no server, a refused connection, a timeout, a bad answer, bad stdin, ``BIR_OFF=1``) it prints one
+(no server, a refused connection, a timeout, a bad answer, bad stdin, ``BIR_OFF=1``, ``bir off``) it prints one
 JSON object, ``{}`` at worst, and exits 0: the host session must never fail because of bir.
 Failures go to ``<BIR_HOME>/logs/hook.log``, never to stderr, which Claude Code may show the user.
 
@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from bir.core import config, installed
 from bir.core.log import format_event
-from bir.core.paths import control_dir, discovery_file, pid_alive, resolve_project, revive_stamp
+from bir.core.paths import control_dir, discovery_file, off_file, pid_alive, resolve_project, revive_stamp
 
 # Per event: the control server's route and this client's own deadline for the whole exchange,
 # kept under the hook timeout `bir install` writes (§10) so Claude Code never has to kill the hook.
@@ -296,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     home: Path | None = None
     try:
         home = config.home()
-        if not config.get_flag("BIR_OFF"):
+        # `bir off` (the off file) answers {} here too: no round trip, and no server revived for it.
+        if not config.get_flag("BIR_OFF") and not off_file(home).exists():
             out = run(args, sys.stdin.buffer, os.environ, home)
     except Exception as exc:  # noqa: BLE001 - every failure becomes `{}` and a log line
         _log(home or Path("~/.baseinstrunner").expanduser(), hook=" ".join(args)[:100], error=str(exc)[:1000])

@@ -32,6 +32,10 @@ class ServiceHealth:
     def cooling(self, now: float) -> bool:
         return now < self._until
 
+    def remaining(self, now: float) -> float:
+        """Seconds left of the cool-down (0 when none)."""
+        return max(0.0, self._until - now)
+
 
 @dataclass
 class MatchGate:

@@ -18,6 +18,7 @@ from bir.core.coverage import ReplayMode
 from bir.core.handover import Stop
 from bir.core.outcome import ExecutionStage, StepStatus
 from bir.core.redact import redact, redact_text
+from bir.core.tool_text import ERROR_PREFIX, content_parts
 from bir.core.truncate import cut
 
 EXIT_OK: Final = 0
@@ -103,19 +104,12 @@ def _compact(value: object) -> str:
 def readable_output(output: str) -> str:
     """A tool's answer as a person reads it: an MCP ``CallToolResult``'s text content as text (a JSON list
     one item a line), anything else as is."""
-    value = _loads(output)
-    if not isinstance(value, dict) or not isinstance(value.get("content"), list):
+    found = content_parts(output)
+    if found is None:
         return output
-    parts: list[str] = []
-    for item in value["content"]:
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "text" and isinstance(item.get("text"), str):
-            parts.append(_readable_text(item["text"]))
-        else:
-            parts.append(f"[{item.get('type', 'content')} content]")
-    text = "\n".join(parts)
-    return f"(the tool reported an error) {text}" if value.get("isError") is True else text
+    parts, is_error = found
+    text = "\n".join(_readable_text(part) for part in parts)
+    return ERROR_PREFIX + text if is_error else text
 
 
 def _one_line(value: object, limit: int) -> str:

@@ -186,6 +186,9 @@ def build_app(server: ControlServer) -> Starlette:
                 uptime_ms=server.uptime_ms(),
                 served=served,
                 replay=server.replay_enabled,
+                wrapped=sorted(server.wrapped),
+                last_hello=server.last_hello(),
+                **server.service_health(),
             )
         )
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final, TextIO
 
 import anyio
 
@@ -40,6 +39,7 @@ from bir.hooks.scenario_render import (
     render_scenario,
     render_step,
 )
+from bir.hooks.term import wants_colour
 
 MAX_LOGIC_BYTES: Final = 256 * 1024
 _FIX_LOGIN: Final = "sign in again with `bir login`, or set BIR_TOKEN"
@@ -162,8 +162,8 @@ def add_parsers(sub: Any) -> None:
 
 @dataclass
 class _Io:
-    out: IO[str]
-    err: IO[str]
+    out: TextIO
+    err: TextIO
     as_json: bool
     style: Style
     name: str
@@ -185,14 +185,12 @@ class _Io:
         self.out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
 
 
-def run_command(args: argparse.Namespace, *, out: IO[str] | None = None, err: IO[str] | None = None) -> int:
+def run_command(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run one ``bir scenario`` command (not ``replay``) or ``bir investigate``; answer its exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
     name = "bir investigate" if args.command == "investigate" else f"bir scenario {args.scenario_command}"
-    # Colour only on a terminal, and never where NO_COLOR asks for none (no-color.org).
-    colour = out.isatty() and "NO_COLOR" not in os.environ
-    io = _Io(out, err, bool(getattr(args, "json", False)), Style(colour), name)
+    io = _Io(out, err, bool(getattr(args, "json", False)), Style(wants_colour(out)), name)
     try:
         if args.command == "scenario" and args.scenario_command == "editing":
             return _editing(args, io)

@@ -12,25 +12,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from bir.core.truncate import cut, one_line
+from bir.hooks.term import Colour, paint
 
 CELL_CHARS: Final = 60
 LOGIC_CHARS: Final = 2_000
 MESSAGE_CHARS: Final = 300
 MAX_ROWS: Final = 500
 
-_COLOURS: Final = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33"}
-
 
 class Style:
-    """ANSI colour when ``enabled`` (a terminal), plain text otherwise."""
+    """ANSI colour when ``enabled`` (``bir.hooks.term.wants_colour``), plain text otherwise."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
 
-    def __call__(self, text: str, colour: str) -> str:
-        if not self.enabled:
-            return text
-        return f"\033[{_COLOURS[colour]}m{text}\033[0m"
+    def __call__(self, text: str, colour: Colour) -> str:
+        return paint(text, colour, self.enabled)
 
 
 def _cell(value: object, limit: int = CELL_CHARS) -> str:

@@ -19,8 +19,9 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import uvicorn
@@ -90,6 +91,8 @@ class ControlServer:
         self.on_step: StepHook | None = None
         self.hook_handler: HookHandler | None = None
         self.hellos: dict[int, SeenHello] = {}
+        # Set by the live controller: seconds the service is still cooling down, or None when unconfigured.
+        self.service_cooling: Callable[[], float | None] | None = None
         self._background: set[asyncio.Task[api.HookAnswer]] = set()
         self.url: str | None = None
         self._steps: deque[ReceivedStep] = deque()
@@ -128,6 +131,27 @@ class ControlServer:
         self.hellos[seen.hello.pid] = seen
         while len(self.hellos) > MAX_HELLOS:
             del self.hellos[next(iter(self.hellos))]
+
+    def last_hello(self) -> api.LastHello | None:
+        """The newest hello heard, with its age, for ``/health``."""
+        if not self.hellos:
+            return None
+        seen = max(self.hellos.values(), key=lambda s: s.at)
+        age_ms = int(max(0.0, time.monotonic() - seen.at) * 1000)
+        hello = seen.hello
+        return api.LastHello(pid=hello.pid, version=hello.version, tools=hello.tools, off=hello.off, age_ms=age_ms)
+
+    def service_health(self) -> dict[str, Any]:
+        """``/health``'s ``service`` and ``serviceCoolingMs`` fields; none while no controller is attached."""
+        probe = self.service_cooling
+        if probe is None:
+            return {}
+        cooling_s = probe()
+        if cooling_s is None:
+            return {"service": "unconfigured"}
+        if cooling_s > 0:
+            return {"service": "cooling", "service_cooling_ms": int(cooling_s * 1000)}
+        return {"service": "ok"}
 
     def delivery_tool_live(self) -> bool:
         """Whether a live ``bir-scenario`` with a tool, not off, said hello within 30 minutes (§6.3)."""
@@ -366,10 +390,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bir-hooks", description="bir's control server for one project.")
     parser.add_argument("--project", default=".", help="project directory (default: the working directory)")
     parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free port)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="log lines on stderr instead of <BIR_HOME>/logs/<project key>.log"
+    )
     args = parser.parse_args(args_list)
+    project = Path(args.project).resolve()
+    if not args.verbose:
+        # A server logs to its project's file (`bir logs` shows it), never to a terminal it shares.
+        try:
+            log_to_file(logs_dir(config.home()) / f"{project_key(project)}.log")
+        except OSError as exc:
+            sys.stderr.write(f"bir-hooks: cannot open the log under {logs_dir(config.home())}: {exc}\n")
+            return 1
     _route_uvicorn_logs()
     try:
-        return asyncio.run(_serve(Path(args.project).resolve(), args.port))
+        return asyncio.run(_serve(project, args.port))
     except (OSError, RuntimeError, ValueError) as exc:
         # ConfigError is a ValueError: one line naming the variable, never a traceback.
         sys.stderr.write(f"bir-hooks: {exc}\n")

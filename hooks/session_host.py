@@ -8,6 +8,7 @@ the way out books every open run and stops the pool.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -75,9 +76,12 @@ async def live_controller(
         server.hook_handler = controller
         server.scenario_runner = controller.run_scenario
         server.on_step = controller.on_step
+        configured = service.configured
+        server.service_cooling = lambda: controller.health.remaining(time.monotonic()) if configured else None
         try:
             yield controller
         finally:
+            server.service_cooling = None
             server.hook_handler = None
             server.scenario_runner = None
             server.on_step = None

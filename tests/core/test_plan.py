@@ -153,7 +153,8 @@ async def test_the_direct_fixture_runs_end_to_end_threading_resp_params(pool: Ev
     assert result.steps_run == 2
     assert "### Step 1/2 — mcp__fleet__list_devices" in result.text
     assert "### Step 2/2 — mcp__fleet__get_device" in result.text
-    assert '"firmware\\": \\"4.2.1\\"' in result.text
+    # The model reads the tool's own text, not the CallToolResult escaped inside JSON.
+    assert '"firmware": "4.2.1"' in result.text
     assert PARTIAL_MARKER not in result.text
 
 

@@ -6,6 +6,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from bir.hooks import server as server_module
 from bir.hooks.api import ScenarioRunAnswer, ScenarioRunRequest, Work
 from bir.hooks.discovery import discovery_path, read_discovery
+from bir.hooks.logs_cmd import last_lines, project_log
 from bir.hooks.routes import MAX_BODY_BYTES, ReceivedStep
 from bir.hooks.server import ControlServer
 from bir.hooks.work_queue import ProxyCallError, ProxyWorkQueue
@@ -336,12 +338,39 @@ def test_work_is_a_frozen_record() -> None:
         work.tool_name = "other"  # type: ignore[misc]
 
 
+def test_bir_hooks_logs_to_its_projects_file_not_to_the_terminal(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "bir.hooks", "--project", str(project)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while read_discovery(project) is None:
+            assert time.monotonic() < deadline, "the server never published itself"
+            assert child.poll() is None
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert (out, err) == (b"", b"")
+    events = [json.loads(line)["event"] for line in last_lines(project_log(project), 1000)]
+    assert events[0] == "control.started"
+    assert "control.published" in events
+    assert events[-1] == "control.stopped"
+
+
 def test_bir_hooks_publishes_discovery_serves_and_cleans_up_on_sigterm(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
     env = {**os.environ, "BIR_HOME": os.environ["BIR_HOME"]}
     child = subprocess.Popen(
-        [sys.executable, "-m", "bir.hooks", "--project", str(project)],
+        [sys.executable, "-m", "bir.hooks", "--project", str(project), "--verbose"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
