@@ -93,6 +93,10 @@ def _build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--json", action="store_true", help="the JSON lines as they are")
     logs.add_argument("--project", default=".", help="the project directory (default: the working directory)")
 
+    from bir.hooks.scenario_cmd import add_parsers as add_scenario_parsers
+
+    add_scenario_parsers(sub)
+
     cfg = sub.add_parser("config", help="the BIR_* variables: value in effect, default, where from")
     cfg.add_argument("--markdown", action="store_true", help="print the README's table of variables instead")
     return parser
@@ -205,6 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.flush()
 
             return run_logs(args.project, lines=args.lines, follow_on=args.follow, as_json=args.json, write=write)
+        if args.command in ("scenario", "investigate"):
+            from bir.hooks.scenario_cmd import run_command
+
+            return _replay(args) if getattr(args, "scenario_command", "") == "replay" else run_command(args)
         if args.command == "config":
             sys.stdout.write((config.markdown_table() if args.markdown else config.text_table()) + "\n")
             return EXIT_OK

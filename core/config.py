@@ -182,6 +182,31 @@ _VARS: tuple[Variable, ...] = (
         floor=1000,
     ),
     Variable("BIR_SCENARIO_DEBUG", "flag", False, "`1` makes run_scenario return raw reasons as isError."),
+    Variable(
+        "BIR_SCENARIO_TOOLS",
+        "choice",
+        None,
+        "`read` makes bir-scenario list its reading tools (`scenario_show`, `scenario_edits`, `investigate`) "
+        "without `bir scenario editing on`.",
+        choices=("read",),
+    ),
+    Variable(
+        "BIR_SCENARIO_MAX_OUTPUT_CHARS",
+        "int",
+        24_000,
+        "Longest answer of one bir-scenario scenario tool, in characters.",
+        ceiling=1_000_000,
+        floor=1000,
+    ),
+    Variable(
+        "BIR_READ_TIMEOUT_MS",
+        "int",
+        15_000,
+        "Timeout of one reading `bir scenario` request to the service; "
+        "bir-scenario's reading tools give up 10 s later.",
+        ceiling=60_000,
+        floor=100,
+    ),
     Variable("BIR_AUTH_URL", "str", None, "Base URL of the BaseIn service."),
     Variable("BIR_TOKEN", "str", None, "Bearer token for the BaseIn service (else the stored sign-in).", secret=True),
     Variable("BIR_DERIVE_API_KEY", "str", None, "Anthropic API key used only for parameter derivation.", secret=True),

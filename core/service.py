@@ -245,6 +245,18 @@ class ServiceClient:
             log_event("service.request_failed", route=route, kind=exc.kind, error=str(exc))
             raise
 
+    async def request(
+        self, method: str, path: str, *, route: str, json_body: object = None, timeout_s: float | None = None
+    ) -> tuple[int, bytes]:
+        """One request to ``path`` (already quoted); the status and the raw body, whatever the status.
+
+        For thin clients (``bir scenario``) that put every answer in words or print it unchanged.
+
+        Raises:
+            ServiceError: not configured, no answer in time, unreachable, or an answer too large.
+        """
+        return await self._call(method, path, route=route, json_body=json_body, timeout_s=timeout_s)
+
     def _failed(self, route: str, status: int, body: bytes) -> ServiceError:
         exc = status_error(route, status, body)
         log_event("service.request_failed", route=route, kind=exc.kind, status=status, error=str(exc))

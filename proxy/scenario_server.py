@@ -13,6 +13,11 @@ background sender, bounded at 1 s and never awaited by a request.
 The off switch is ``BIR_OFF`` (read at start) or the file ``<BIR_HOME>/off`` (looked at every 2 s).
 While off, ``tools/list`` lists nothing, and a flip is announced with ``notifications/tools/list_changed``.
 
+The scenario tools (``bir.proxy.scenario_tools``, spec §16.5): the reading ones are listed where the
+project's ``editing`` switch is on (``bir scenario editing on``, looked at with the off switch) or
+``BIR_SCENARIO_TOOLS=read``, and answered even unlisted; the changing ones are listed and run only with
+editing on. A change of the list is announced the same way.
+
 Usage: ``bir-scenario [--project DIR]`` (the project directory defaults to the working directory).
 """
 
@@ -35,7 +40,7 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 
-from bir.core import config
+from bir.core import config, installed
 from bir.core.log import log_event
 from bir.hooks import api
 from bir.hooks.discovery import Discovery, read_discovery
@@ -48,6 +53,16 @@ from bir.proxy.scenario_answer import (
     no_control_server,
     runner_off,
     unavailable,
+)
+from bir.proxy.scenario_tools import (
+    CHANGE_TOOLS,
+    EDITING_OFF,
+    NOTHING_TO_READ,
+    OFF_REFUSED,
+    READ_TOOLS,
+    ToolSettings,
+    run_tool,
+    tool_definitions,
 )
 
 HELLO_TIMEOUT_S: Final = 1.0
@@ -84,6 +99,8 @@ class Settings:
     debug: bool
     env_off: bool
     off_path: Path
+    read_tools: bool = False
+    tools: ToolSettings | None = None
 
     @classmethod
     def load(cls, project_dir: Path) -> Settings:
@@ -98,6 +115,8 @@ class Settings:
             debug=bool(config.get_flag("BIR_SCENARIO_DEBUG")),
             env_off=bool(config.get_flag("BIR_OFF")),
             off_path=off_file(config.home()),
+            read_tools=config.get_str("BIR_SCENARIO_TOOLS") == "read",
+            tools=ToolSettings.load(),
         )
 
 
@@ -213,6 +232,7 @@ class ScenarioServer:
         self.control = control
         self.switch = OffSwitch(settings.env_off, settings.off_path)
         self.off = self.switch.read()
+        self.editing = self._read_editing()
         self.heartbeat = Heartbeat(self._send_hello)
         self._session: ServerSession | None = None
         self._seen_discovery: tuple[str, int] | None = None
@@ -223,16 +243,34 @@ class ScenarioServer:
         self.mcp.middleware.append(self._observe)
 
     def tools(self) -> list[types.Tool]:
-        """What ``tools/list`` answers right now: ``run_scenario``, or nothing while off."""
+        """What ``tools/list`` answers now: ``run_scenario`` and the scenario tools allowed, or nothing while off."""
         if self.off:
             return []
-        return [
-            types.Tool(
-                name=RUN_SCENARIO_NAME,
-                description=RUN_SCENARIO_DESCRIPTION,
-                input_schema=dict(RUN_SCENARIO_INPUT_SCHEMA),
-            )
-        ]
+        run = types.Tool(
+            name=RUN_SCENARIO_NAME, description=RUN_SCENARIO_DESCRIPTION, input_schema=dict(RUN_SCENARIO_INPUT_SCHEMA)
+        )
+        names = (READ_TOOLS if self.editing or self.settings.read_tools else ()) + (
+            CHANGE_TOOLS if self.editing else ()
+        )
+        return [run, *tool_definitions(names)]
+
+    def _read_editing(self) -> bool:
+        try:
+            switches = installed.project(self.settings.project_dir)
+        except Exception as exc:  # noqa: BLE001 - an unreadable store must read as "editing off"
+            log_event("scenario.editing_unreadable", error=f"{type(exc).__name__}: {exc}")
+            return False
+        return switches is not None and switches.editing
+
+    async def _scenario_tool(self, params: types.CallToolRequestParams) -> types.CallToolResult:
+        reading = params.name in READ_TOOLS
+        if self.off:
+            return _result(NOTHING_TO_READ if reading else OFF_REFUSED, is_error=not reading)
+        if not reading and not self._read_editing():
+            return _result(EDITING_OFF, is_error=True)
+        tools = self.settings.tools or ToolSettings.load()
+        answer = await run_tool(params.name, params.arguments or {}, tools, cwd=self.settings.project_dir)
+        return _result(answer.text, is_error=answer.is_error)
 
     # Any: the SDK's stdio_server is unannotated; Server.run checks the streams' shape.
     async def serve(self, read_stream: Any, write_stream: Any) -> None:
@@ -261,6 +299,8 @@ class ScenarioServer:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        if params.name in READ_TOOLS or params.name in CHANGE_TOOLS:
+            return await self._scenario_tool(params)
         if params.name != RUN_SCENARIO_NAME:
             return _result(f"Unknown tool: {params.name[:100]}", is_error=True)
         tool_use_id = _tool_use_id(params.meta)
@@ -295,6 +335,13 @@ class ScenarioServer:
             log_event("scenario.off_switch", off=off)
             await self._announce_tools_changed()
             self.heartbeat.poke()
+        editing = self._read_editing()
+        if editing != self.editing:
+            self.editing = editing
+            log_event("scenario.editing_switch", editing=editing)
+            if not self.off:
+                await self._announce_tools_changed()
+                self.heartbeat.poke()
         found = self.control.discovery()
         seen = None if found is None else (found.url, found.pid)
         if seen != self._seen_discovery:

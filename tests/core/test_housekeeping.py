@@ -48,6 +48,19 @@ def test_bir_mcp_tools_and_tool_search_are_housekeeping() -> None:
     assert is_housekeeping("ToolSearch", {"query": "select:mcp__bir__run_scenario"})
 
 
+@pytest.mark.parametrize(
+    "tool", ["scenario_show", "scenario_edits", "investigate", "scenario_check", "scenario_edit", "scenario_undo"]
+)
+def test_the_bir_servers_scenario_tools_are_housekeeping_never_recorded(tool: str) -> None:
+    assert is_housekeeping(f"mcp__bir__{tool}", {"target": "scn_1", "step": 1, "inputLogic": "return {};"})
+
+
+def test_a_bash_call_of_bir_scenario_commands_is_housekeeping_and_a_pipe_is_not() -> None:
+    assert is_housekeeping("Bash", {"command": "cd /tmp && bir scenario edit scn_1 --step 1 --output-logic out.js"})
+    assert is_housekeeping("Bash", {"command": "bir scenario undo scn_1 --step 1; bir investigate scn_1"})
+    assert not is_housekeeping("Bash", {"command": "bir scenario show scn_1 | tee out.json"})
+
+
 def test_other_tools_and_malformed_inputs_are_not_housekeeping() -> None:
     assert not is_housekeeping("mcp__fleet__list_devices", {})
     assert not is_housekeeping("mcp__birds__list", {})

@@ -9,10 +9,21 @@ Recording: a miss creates the run with the proposed id; steps of a known run are
 ``stepIndex`` whatever order they arrive in, an unknown run answers ``404``; a run's second finish
 answers ``200 {duplicate: true}``. ``down`` makes every route answer ``503``; ``route_latency_s``
 slows one route down.
+
+The scenario routes of ``bir scenario`` (spec §16.5, shapes in the README's "Scenario commands"):
+only the owner's token sees a scenario (``other_tokens`` are signed in and get ``404``, never ``403``);
+a check never writes; a save with problems is refused (``422 check_failed``) unless forced with a
+note, and is then recorded as forced; every save and undo bumps ``chainRevision``; an undo of an edit
+that changed output logic is refused (``422 undo_refused``) when ``undo_breaks`` names it, unless
+forced; ``--freeze`` marks a step ``by_hand``, which only ``unfreeze``, undoing the freeze or a
+recalculation that discards edits removes (a forced save lifts only a ``calculation`` mark);
+``calculate --force`` on a plan with hand edits answers ``409 scenario_has_edits`` unless it
+discards them. ``sandbox_down`` answers ``503 logic_sandbox_unavailable``.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +38,26 @@ from tests.fakes.serving import Releaser
 PRICING_VERSION = "2026-08-30"
 OUTCOMES = frozenset({"steered_full", "diverged", "fell_back", "failed", "not_steered"})
 BASELINE_OUTCOMES = frozenset({"not_steered", "failed"})
-ROUTES = ("match", "run", "steps", "finish", "derive", "executions", "scenario")
+ROUTES = (
+    "match",
+    "run",
+    "steps",
+    "finish",
+    "derive",
+    "executions",
+    "scenario",
+    "runs",
+    "run_scenario",
+    "calculate",
+    "recalculate",
+    "check",
+    "save",
+    "edits",
+    "revert",
+)
+# The fields of a step a hand edit may change, as the wire names them.
+EDITABLE = {"inputLogic": "toolInputLogic", "outputLogic": "toolOutputLogic"}
+MAX_LOGIC_CHARS = 50_000
 
 
 @dataclass(frozen=True)
@@ -84,6 +114,21 @@ class FakeBaseIn:
     finished: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Every route answers 503 while set: the service is down but still accepting connections.
     down: bool = False
+    # Scenario editing (spec §16.5). Tokens that sign in but own nothing: they get 404 on every scenario.
+    other_tokens: set[str] = field(default_factory=set)
+    run_list: list[dict[str, Any]] = field(default_factory=list)
+    # run id → its whole-run scenario id; run id → its sub-task scenario ids.
+    run_scenarios: dict[str, str] = field(default_factory=dict)
+    run_segments: dict[str, list[str]] = field(default_factory=dict)
+    revisions: dict[str, int] = field(default_factory=dict)
+    # (scenario id, step index) → the problems the service's check finds in any change of that step.
+    check_problems: dict[tuple[str, int], list[dict[str, str]]] = field(default_factory=dict)
+    # scenario id → its edits, oldest first (answered newest first).
+    edits: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Edit ids whose undo would break later steps or the final answer.
+    undo_breaks: set[str] = field(default_factory=set)
+    sandbox_down: bool = False
+    calculations: list[dict[str, Any]] = field(default_factory=list)
     requests: list[SeenRequest] = field(default_factory=list)
     url: str = ""
     releaser: Releaser = field(default_factory=Releaser)
@@ -225,13 +270,13 @@ class FakeBaseIn:
         return JSONResponse({}, status_code=200)
 
     async def _scenario(self, request: Request) -> Response:
-        _, early = await self._enter("scenario", request)
+        _, early = await self._owned("scenario", request)
         if early is not None:
             return early
-        scenario = self.scenarios.get(request.path_params["scenario_id"])
-        if scenario is None:
+        scenario_id = request.path_params["scenario_id"]
+        if scenario_id not in self.scenarios:
             return JSONResponse({"error": "scenario not found"}, status_code=404)
-        return JSONResponse(scenario)
+        return JSONResponse(self._serialized(scenario_id))
 
     async def _derive(self, request: Request) -> Response:
         body, early = await self._enter("derive", request)
@@ -271,6 +316,296 @@ class FakeBaseIn:
             (self.baseline if row.outcome in BASELINE_OUTCOMES else self.ledger).append(row)
         return JSONResponse({"id": ticket}, status_code=201)
 
+    # --- scenario editing (spec §16.5) ------------------------------------------------------------
+
+    def add_owned_run(
+        self,
+        run_id: str,
+        scenario: dict[str, Any] | None,
+        *,
+        segments: tuple[dict[str, Any], ...] = (),
+        iterations: int = 1,
+    ) -> None:
+        """A run of the owner's in ``GET /recordings/runs``, with its whole-run scenario and sub-task ones."""
+        entry: dict[str, Any] = {
+            "id": run_id,
+            "input": f"the prompt of {run_id}",
+            "createdAt": "2026-11-28T10:00:00Z",
+            "iterations": iterations,
+            "scenario": None,
+            "segments": [],
+        }
+        if scenario is not None:
+            scenario_id = self.add_scenario(scenario)
+            self.run_scenarios[run_id] = scenario_id
+            entry["scenario"] = {"id": scenario_id, "state": scenario.get("state")}
+        for segment in segments:
+            self.run_segments.setdefault(run_id, []).append(self.add_scenario(segment))
+            entry["segments"].append({"id": segment["id"], "state": segment.get("state")})
+        self.run_list.append(entry)
+
+    def _serialized(self, scenario_id: str) -> dict[str, Any]:
+        scenario = copy.deepcopy(self.scenarios[scenario_id])
+        scenario["chainRevision"] = self.revisions.get(scenario_id, 1)
+        return scenario
+
+    def _step(self, scenario_id: str, index: int) -> dict[str, Any] | None:
+        for step in self.scenarios[scenario_id].get("steps", []):
+            if step.get("stepIndex") == index:
+                return step  # type: ignore[no-any-return]
+        return None
+
+    def _bump(self, scenario_id: str) -> int:
+        self.revisions[scenario_id] = self.revisions.get(scenario_id, 1) + 1
+        return self.revisions[scenario_id]
+
+    def _has_hand_edits(self, scenario_id: str) -> bool:
+        return any(e["kind"] == "edit" and not e["undone"] for e in self.edits.get(scenario_id, []))
+
+    async def _owned(self, route: str, request: Request) -> tuple[Any, Response | None]:
+        """``_enter``, where a signed-in token that is not the owner's sees nothing (404, never 403)."""
+        auth = request.headers.get("authorization", "")
+        if auth.removeprefix("Bearer ") in self.other_tokens:
+            raw = await request.body()
+            with self._lock:
+                self.requests.append(SeenRequest(route, request.method, request.url.path, dict(request.headers), raw))
+            return None, JSONResponse({"error": "not_found"}, status_code=404)
+        return await self._enter(route, request)
+
+    async def _runs(self, request: Request) -> Response:
+        _, early = await self._owned("runs", request)
+        if early is not None:
+            return early
+        return JSONResponse({"runs": self.run_list})
+
+    async def _run_scenario(self, request: Request) -> Response:
+        _, early = await self._owned("run_scenario", request)
+        if early is not None:
+            return early
+        run_id = request.path_params["run_id"]
+        scenario_id = self.run_scenarios.get(run_id)
+        if scenario_id is None:
+            segments = self.run_segments.get(run_id)
+            if segments:
+                return JSONResponse({"error": "no_whole_run_scenario", "segments": segments}, status_code=404)
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        return JSONResponse(self._serialized(scenario_id))
+
+    async def _calculate(self, request: Request) -> Response:
+        body, early = await self._owned("calculate", request)
+        if early is not None:
+            return early
+        run_id = request.path_params["run_id"]
+        if not any(r["id"] == run_id for r in self.run_list):
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        body = body if isinstance(body, dict) else {}
+        scenario_id = self.run_scenarios.get(run_id)
+        if scenario_id is not None and not body.get("force"):
+            state = self.scenarios[scenario_id].get("state")
+            return JSONResponse({"scenarioId": scenario_id, "state": state, "calculated": False})
+        if scenario_id is None:
+            scenario_id = f"scn_{run_id.removeprefix('run_')}"
+            self.run_scenarios[run_id] = scenario_id
+            self.add_scenario({"id": scenario_id, "state": "calculating", "intent": "", "steps": []})
+        return self._recalculated(scenario_id, bool(body.get("discardEdits")))
+
+    async def _recalculate(self, request: Request) -> Response:
+        body, early = await self._owned("recalculate", request)
+        if early is not None:
+            return early
+        scenario_id = request.path_params["scenario_id"]
+        if scenario_id not in self.scenarios:
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        return self._recalculated(scenario_id, isinstance(body, dict) and body.get("discardEdits") is True)
+
+    def _recalculated(self, scenario_id: str, discard_edits: bool) -> Response:
+        with self._lock:
+            if self._has_hand_edits(scenario_id) and not discard_edits:
+                return JSONResponse({"error": "scenario_has_edits", "scenarioId": scenario_id}, status_code=409)
+            if discard_edits:
+                self.edits.pop(scenario_id, None)
+                for step in self.scenarios[scenario_id].get("steps", []):
+                    step.pop("mark", None)
+            self.scenarios[scenario_id]["state"] = "calculating"
+            self.calculations.append({"scenarioId": scenario_id, "discardEdits": discard_edits})
+            revision = self._bump(scenario_id)
+        return JSONResponse(
+            {"scenarioId": scenario_id, "state": "calculating", "chainRevision": revision}, status_code=202
+        )
+
+    def _change_of(self, scenario_id: str, body: Any) -> tuple[dict[str, Any] | None, Response | None]:
+        """The step after the change a check or save asks for, or the refusal."""
+        if self.sandbox_down:
+            return None, JSONResponse({"error": "logic_sandbox_unavailable"}, status_code=503)
+        if not isinstance(body, dict):
+            return None, JSONResponse({"error": "a JSON object is required"}, status_code=400)
+        if sum(len(v) for v in body.values() if isinstance(v, str)) > MAX_LOGIC_CHARS:
+            return None, JSONResponse({"error": "payload_too_large"}, status_code=413)
+        return body, None
+
+    async def _check(self, request: Request) -> Response:
+        body, early = await self._owned("check", request)
+        if early is not None:
+            return early
+        return self._checked(request, body, save=False)
+
+    async def _save(self, request: Request) -> Response:
+        body, early = await self._owned("save", request)
+        if early is not None:
+            return early
+        return self._checked(request, body, save=True)
+
+    def _checked(self, request: Request, body: Any, *, save: bool) -> Response:
+        scenario_id = request.path_params["scenario_id"]
+        try:
+            index = int(request.path_params["step"])
+        except ValueError:
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        if scenario_id not in self.scenarios or self._step(scenario_id, index) is None:
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        change, refused = self._change_of(scenario_id, body)
+        if refused is not None or change is None:
+            return refused or JSONResponse({}, status_code=500)
+        with self._lock:
+            step = self._step(scenario_id, index)
+            assert step is not None
+            before = copy.deepcopy(step)
+            after = copy.deepcopy(step)
+            for wire, name in EDITABLE.items():
+                if isinstance(change.get(wire), str):
+                    after[name] = change[wire]
+            if change.get("freeze"):
+                after["mark"] = "by_hand"
+            forced = save and change.get("force") is True
+            if change.get("unfreeze") or (forced and after.get("mark") == "calculation"):
+                after.pop("mark", None)
+            problems = [] if after == before else list(self.check_problems.get((scenario_id, index), []))
+            report = {
+                "scenarioId": scenario_id,
+                "stepIndex": index,
+                "chainRevision": self.revisions.get(scenario_id, 1),
+                "ok": not problems,
+                "noChange": after == before,
+                "problems": problems,
+            }
+            if not save:
+                return JSONResponse(report)
+            if after == before:
+                return JSONResponse({"error": "nothing_to_change", "report": report}, status_code=400)
+            expected = change.get("expectedRevision")
+            if expected is not None and expected != self.revisions.get(scenario_id, 1):
+                current = self.revisions.get(scenario_id, 1)
+                return JSONResponse({"error": "revision_conflict", "chainRevision": current}, status_code=409)
+            if forced and not change.get("note"):
+                return JSONResponse({"error": "note_required"}, status_code=400)
+            if problems and not forced:
+                return JSONResponse({"error": "check_failed", "report": report}, status_code=422)
+            step.clear()
+            step.update(after)
+            revision = self._bump(scenario_id)
+            edit = self._record(
+                scenario_id,
+                "edit",
+                index,
+                before=before,
+                after=after,
+                note=change.get("note"),
+                forced=bool(problems and forced),
+            )
+            report["chainRevision"] = revision
+        return JSONResponse(
+            {"saved": True, "forced": edit["forced"], "edit": edit, "chainRevision": revision, "report": report}
+        )
+
+    def _record(
+        self,
+        scenario_id: str,
+        kind: str,
+        index: int,
+        *,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        note: Any,
+        forced: bool,
+    ) -> dict[str, Any]:
+        history = self.edits.setdefault(scenario_id, [])
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        edit = {
+            "id": f"sedit_{sum(len(h) for h in self.edits.values())}",
+            "kind": kind,
+            "stepIndex": index,
+            "changes": changed,
+            "note": note if isinstance(note, str) else None,
+            "forced": forced,
+            "undone": False,
+            "chainRevision": self.revisions.get(scenario_id, 1),
+            "at": f"2026-11-30T12:00:{len(history):02d}Z",
+        }
+        history.append({**edit, "_before": before, "_after": after})
+        return edit
+
+    async def _edits(self, request: Request) -> Response:
+        _, early = await self._owned("edits", request)
+        if early is not None:
+            return early
+        scenario_id = request.path_params["scenario_id"]
+        if scenario_id not in self.scenarios:
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        with self._lock:
+            shown = [{k: v for k, v in e.items() if not k.startswith("_")} for e in self.edits.get(scenario_id, [])]
+        return JSONResponse(
+            {"scenarioId": scenario_id, "chainRevision": self.revisions.get(scenario_id, 1), "edits": shown[::-1]}
+        )
+
+    async def _revert(self, request: Request) -> Response:
+        body, early = await self._owned("revert", request)
+        if early is not None:
+            return early
+        scenario_id = request.path_params["scenario_id"]
+        edit_id = request.path_params["edit_id"]
+        body = body if isinstance(body, dict) else {}
+        if scenario_id not in self.scenarios:
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        if self.sandbox_down:
+            return JSONResponse({"error": "logic_sandbox_unavailable"}, status_code=503)
+        with self._lock:
+            target = next((e for e in self.edits.get(scenario_id, []) if e["id"] == edit_id), None)
+            if target is None:
+                return JSONResponse({"error": "not_found"}, status_code=404)
+            if target["undone"]:
+                return JSONResponse({"error": "already_undone", "edit": edit_id}, status_code=409)
+            forced = body.get("force") is True
+            if forced and not body.get("note"):
+                return JSONResponse({"error": "note_required"}, status_code=400)
+            breaks = edit_id in self.undo_breaks and "toolOutputLogic" in target["changes"]
+            if breaks and not forced:
+                problems = [{"code": "breaks_later_steps", "message": "a later step reads what this edit computes"}]
+                return JSONResponse(
+                    {"error": "undo_refused", "report": {"ok": False, "problems": problems}}, status_code=422
+                )
+            step = self._step(scenario_id, target["stepIndex"])
+            assert step is not None
+            before = copy.deepcopy(step)
+            step.clear()
+            step.update(copy.deepcopy(target["_before"]))
+            target["undone"] = True
+            if target["kind"] == "undo":
+                undid = next(e for e in self.edits[scenario_id] if e["id"] == target["undoes"])
+                undid["undone"] = False
+            self._bump(scenario_id)
+            entry = self._record(
+                scenario_id,
+                "undo",
+                target["stepIndex"],
+                before=before,
+                after=copy.deepcopy(step),
+                note=body.get("note"),
+                forced=forced and breaks,
+            )
+            self.edits[scenario_id][-1]["undoes"] = edit_id
+            entry["undoes"] = edit_id
+        return JSONResponse({"undone": edit_id, "edit": entry, "chainRevision": self.revisions[scenario_id]})
+
     @property
     def app(self) -> Starlette:
         return Starlette(
@@ -282,5 +617,13 @@ class FakeBaseIn:
                 Route("/scenarios/{scenario_id}", self._scenario, methods=["GET"]),
                 Route("/scenarios/{scenario_id}/derive", self._derive, methods=["POST"]),
                 Route("/scenarios/{scenario_id}/executions", self._executions, methods=["POST"]),
+                Route("/recordings/runs", self._runs, methods=["GET"]),
+                Route("/recordings/runs/{run_id}/scenario", self._run_scenario, methods=["GET"]),
+                Route("/recordings/runs/{run_id}/calculate", self._calculate, methods=["POST"]),
+                Route("/scenarios/{scenario_id}/recalculate", self._recalculate, methods=["POST"]),
+                Route("/scenarios/{scenario_id}/steps/{step}/check", self._check, methods=["POST"]),
+                Route("/scenarios/{scenario_id}/steps/{step}", self._save, methods=["PATCH"]),
+                Route("/scenarios/{scenario_id}/edits", self._edits, methods=["GET"]),
+                Route("/scenarios/{scenario_id}/edits/{edit_id}/revert", self._revert, methods=["POST"]),
             ]
         )
