@@ -513,7 +513,7 @@ class Controller:
         tool, tool_use_id = hook.tool_name, hook.tool_use_id
         if tool is None or tool_use_id is None or not isinstance(hook.tool_input, dict):
             return api.EMPTY_HOOK_ANSWER
-        mode = run.permission_mode
+        mode = hook.permission_mode or run.permission_mode
         choice = config.get_str("BIR_CORRELATION_DECISION") or "none"
         decision = "allow" if mode == "bypassPermissions" else choice
         if mode == "plan" or decision not in ("allow", "ask") or api.CALL_ID_KEY in hook.tool_input:
