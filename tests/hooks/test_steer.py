@@ -67,7 +67,8 @@ async def end_turn(rig: Rig) -> dict[str, Any]:
     with anyio.fail_after(10):
         while not rig.fake.requests_to("executions"):  # noqa: ASYNC110 - the outbox sends in the background
             await anyio.sleep(0.02)
-    [report] = [r.body for r in rig.fake.requests_to("executions")]
+    [seen] = rig.fake.requests_to("executions")
+    report: dict[str, Any] = seen.body
     return report
 
 
