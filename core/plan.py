@@ -185,6 +185,8 @@ _VERDICT_OF_STOP: Final[Mapping[StopKind, tuple[StepStatus, ExecutionStage]]] = 
     "params_failed": ("failed", "params"),
 }
 
+BROKEN_STOPS: Final = frozenset({"no_answer", "tool_error", "input_failed", "output_failed", "params_failed"})
+
 _Phase = Literal["between", "input", "execute", "recorded", "output"]
 
 
@@ -282,6 +284,17 @@ class ScenarioReplayPlan:
     @property
     def state(self) -> PlanState:
         return self._state
+
+    @property
+    def tool_ran_at_stop(self) -> bool:
+        """True when the step the plan stopped at ran its tool (its output logic failed afterwards)."""
+        return self._tool_ran_at_stop
+
+    @property
+    def stopped_at_broken_step(self) -> bool:
+        """True when the plan stopped at a step that broke (§11.1): a logic failure, a tool error, a call sent
+        and never answered. A step that could not be sent, time and cancellation are not breakage."""
+        return self._stop is not None and self._stop.kind in BROKEN_STOPS
 
     @property
     def stopped(self) -> bool:

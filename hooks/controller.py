@@ -714,8 +714,8 @@ class Controller:
                 steps_planned=run.steps_planned,
                 steps_ok=ok,
                 steps_recorded=ledger.count("recorded") if ledger is not None else 0,
-                tool_ran_at_stop=False,
-                stopped_at_broken_step=plan is not None and plan.stop is not None,
+                tool_ran_at_stop=plan is not None and plan.tool_ran_at_stop,
+                stopped_at_broken_step=plan is not None and plan.stopped_at_broken_step,
                 has_mark=has_mark,
                 priced=priced,
             )

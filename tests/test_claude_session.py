@@ -341,3 +341,87 @@ def test_with_no_server_running_the_first_hook_revives_one_and_the_first_prompt_
     assert [c["tool"] for c in case.fleet_calls()] == ["list_devices", "get_device"]
     wait_for(lambda: len(reports(case.fake)) == 1, 30, "one execution report")
     assert reports(case.fake)[0]["outcome"] == "steered_full"
+
+
+THRESHOLDS = '{"risk": 70}\n'
+DEPLOY = "deploy 42: raise the gateway limits"
+
+
+def mixed_hit(case: Case) -> str:
+    """A hit on fleet-mixed: the fleet server's list_devices, then Read, then Bash, in a project with a
+    thresholds file and a git history to read."""
+    (case.project / "config").mkdir(exist_ok=True)
+    (case.project / "config" / "thresholds.json").write_text(THRESHOLDS)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(case.project)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "config"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", DEPLOY], check=True)
+    data: dict[str, Any] = json.loads((SCENARIOS / "fleet-mixed.json").read_text())
+    ticket = case.fake.add_match(PROMPT, data, similarity=0.95)
+    params = {"region": "eu-west-1", "thresholdsPath": str(case.project / "config" / "thresholds.json")}
+    case.fake.derive_answers[data["id"]] = Canned(
+        200, {"params": params, "derived": True, "missing": [], "costUsd": 0.0004}
+    )
+    return ticket
+
+
+def test_a_steered_session_runs_each_call_with_the_steps_arguments_and_reports_steered_full(
+    claude_binary: Path, case: Case
+) -> None:
+    ticket = mixed_hit(case)
+    case.start_server()
+    api = FakeMessagesApi(
+        [
+            call("mcp__fleet__list_devices", {"region": "somewhere"}, tool_id="toolu_list"),
+            call("Read", {"file_path": "/placeholder.json"}, tool_id="toolu_read"),
+            call("Bash", {"command": "git log", "description": "last deploy"}, tool_id="toolu_bash"),
+            lambda request: say("Last deploy: " + request.tool_result_text("toolu_bash").strip()),
+        ]
+    )
+    with api.serve():
+        run = case.claude(claude_binary, api)
+
+    assert run.exit_code == 0, run.describe()
+    assert api.failures == []
+    first = api.requests[0].text()
+    assert DIRECTIVE_TAG in first
+    assert "Call exactly these tools, in order, one at a time" in first
+    assert case.fleet_calls() == [{"tool": "list_devices", "arguments": {"region": "eu-west-1", "limit": None}}]
+    assert tool_json(api.requests[1], "toolu_list") == case_devices(case)
+    assert '"risk": 70' in api.requests[2].tool_result_text("toolu_read")
+    assert DEPLOY in api.requests[3].tool_result_text("toolu_bash")
+    assert len(case.log_events("replay.threaded")) == 3
+    # The wrapped step threaded from its proxy's report, the shape it was recorded in.
+    assert case.log_events("replay.thread_fallback") == []
+    wait_for(lambda: len(reports(case.fake)) == 1, 30, "one execution report")
+    (report,) = reports(case.fake)
+    assert report["outcome"] == "steered_full"
+    assert report["ticket"] == ticket
+    assert report["stepsPinned"] == 3
+    assert report["measured"] is True
+
+
+def test_an_off_script_bash_call_prints_the_bundle_as_its_output_and_reports_diverged(
+    claude_binary: Path, case: Case
+) -> None:
+    mixed_hit(case)
+    case.start_server()
+    api = FakeMessagesApi(
+        [
+            call("Bash", {"command": "ls -la", "description": "look around"}, tool_id="toolu_ls"),
+            lambda request: say("Read: " + request.tool_result_text("toolu_ls")[:300]),
+        ]
+    )
+    with api.serve():
+        run = case.claude(claude_binary, api)
+
+    assert run.exit_code == 0, run.describe()
+    assert api.failures == []
+    output = api.requests[1].tool_result_text("toolu_ls")
+    assert "### Step 1/3 — mcp__fleet__list_devices" in output
+    assert "Step 2 of 3 (Read) did not run" in output
+    assert [c["tool"] for c in case.fleet_calls()] == ["list_devices"]
+    wait_for(lambda: len(reports(case.fake)) == 1, 30, "one execution report")
+    (report,) = reports(case.fake)
+    assert report["outcome"] == "diverged"
+    assert report["stepsPinned"] == 1
