@@ -44,7 +44,7 @@ from bir.hooks.match_gate import MatchGate, ServiceHealth
 from bir.hooks.routes import ReceivedStep
 from bir.hooks.session_executor import SessionExecutor
 from bir.hooks.session_state import PendingCall, Run, Session, SessionTable, SteerState
-from bir.hooks.steer import SteerDriver, deny
+from bir.hooks.steer import SteerDriver
 from bir.hooks.work_queue import ProxyWorkQueue
 
 RUN_SCENARIO_TOOL: Final = "mcp__bir__run_scenario"
@@ -206,9 +206,8 @@ class Controller:
         if event == "UserPromptSubmit" and run is not None:
             # The prompt is answered without the directive: whatever arms later is retired unannounced.
             run.answered = True
-        if event == "PreToolUse" and run is not None and run.plan is not None and run.plan.note:
-            # A hand-over under way: its note takes the call's place rather than a silent `{}` (§10).
-            return deny(run.plan.note)
+        if event == "PreToolUse" and run is not None and run.plan is not None and run.plan.mode == "steer":
+            return self.steer.overdue(run)
         return api.EMPTY_HOOK_ANSWER
 
     async def _on_start(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
@@ -363,6 +362,13 @@ class Controller:
         if verdict.mode == "steer":
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(plan.preview_arguments(), PREVIEW_BUDGET_S)
+            stop = plan.stop
+            if stop is not None and stop.kind == "params_failed":
+                # Found at arm time (a value the injection guard refuses, a missing target): declined (§13.2).
+                plan.close()
+                run.plan, run.steer = None, None
+                self._decline(run, matched, Decline("missing_target", stop.detail or "the parameters failed"))
+                return None
         run.decided = True
         self._draft(run, matched, armed=True)
         log_event(

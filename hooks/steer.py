@@ -119,6 +119,9 @@ class SteerDriver:
             return api.EMPTY_HOOK_ANSWER
         if tool == RUN_SCENARIO_TOOL or tool is None or is_housekeeping(tool, hook.tool_input):
             return api.EMPTY_HOOK_ANSWER
+        if hook.permission_mode == "plan":
+            # Plan mode: nothing is pinned or approved (§14).
+            return api.EMPTY_HOOK_ANSWER
         pin = state.in_flight
         if pin is not None and not pin.last and not await self._wait_for_thread(pin, deadline):
             return self._concurrent(run, plan, pin)
@@ -243,6 +246,20 @@ class SteerDriver:
             given = hook.tool_input if isinstance(hook.tool_input, dict) else {}
             return allow({**given, "command": delivery.command}, "bir: the scenario's results for this request")
         return deny(delivery.reason or bundle.text)
+
+    def overdue(self, run: Run) -> api.HookAnswer:
+        """The answer when a ``PreToolUse`` reaches its route's deadline (§14): a divergence's note in the
+        call's place, or ``{}`` with a plan still getting ready retired."""
+        plan = run.plan
+        if plan is None or run.phase == "sealed":
+            return api.EMPTY_HOOK_ANSWER
+        if plan.note:
+            log_event("replay.diverge_overran", run_id=run.run_id, scenario_id=plan.scenario_id)
+            return deny(plan.note)
+        if run.phase in ("announced", "running"):
+            log_event("replay.pin_overran", run_id=run.run_id, scenario_id=plan.scenario_id)
+            self._end(run, plan, "retired")
+        return api.EMPTY_HOOK_ANSWER
 
     # -- PostToolUse -------------------------------------------------------------------------------
 
