@@ -292,3 +292,28 @@ async def test_in_plan_mode_nothing_is_pinned_or_approved(rig: Rig) -> None:
     body = hook_input("PreToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_use_id="t2")
     body["permission_mode"] = "plan"
     assert await rig.hook("/tool/pre", body) == {}
+
+
+async def test_with_recorded_outputs_allowed_a_step_that_cannot_be_sent_stands_on_its_recording(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BIR_REPLAY_RECORDED_OUTPUTS", "1")
+    steer_hit(rig.fake, scenario("fleet-mixed"))
+    rig.fake.add_run(
+        "run_source",
+        [
+            {"stepIndex": 1, "toolName": "Read", "toolOutput": READ_RESPONSE},
+            {"stepIndex": 2, "toolName": "Bash", "toolOutput": {"stdout": "deploy 41\n"}},
+        ],
+    )
+    await prompt(rig)
+    answer = decision(await pre(rig, "Grep", {"pattern": "risk"}, "t1"))
+    reason = answer["permissionDecisionReason"]
+    assert "### Step 1/3 — mcp__fleet__list_devices\n" in reason
+    assert "### Step 2/3 — Read (recorded)" in reason
+    assert "### Step 3/3 — Bash (recorded)" in reason
+    assert "deploy 41" in reason
+    report = await end_turn(rig)
+    assert report["outcome"] == "diverged"
+    assert report["stepsPinned"] == 1
+    assert [s["status"] for s in report["steps"]] == ["ok", "recorded", "recorded"]
