@@ -162,3 +162,20 @@ async def test_a_miss_records_each_settled_call_and_finishes_the_run_once(rig: R
     [finish] = [r.body for r in rig.fake.requests_to("finish")]
     assert finish["output"] == "said hi"
     assert rig.fake.requests_to("executions") == []
+
+
+async def test_stop_racing_session_end_books_the_ticket_once(rig: Rig) -> None:
+    ticket = direct_hit(rig.fake)
+    await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT))
+    await rig.hook(
+        "/tool/pre", hook_input("PreToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_use_id="t1")
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(rig.hook, "/session/stop", hook_input("Stop", last_assistant_message="done"))
+        group.start_soon(rig.hook, "/session/end", hook_input("SessionEnd", reason="other"))
+        group.start_soon(rig.hook, "/session/end", hook_input("SessionEnd", reason="other"))
+    assert len(rig.events("replay.reported")) == 1
+    with anyio.fail_after(10):
+        while ticket not in rig.fake.booked_tickets():  # noqa: ASYNC110 - the outbox sends in the background
+            await anyio.sleep(0.02)
+    assert [r.body["ticket"] for r in rig.fake.requests_to("executions")] == [ticket]
