@@ -510,7 +510,11 @@ class Controller:
             error = hook.error if failed else None
         output = serialize_capped(redact(value), MAX_OUTPUT_CHARS)
         took = None if duration_ms is None else round(duration_ms)
-        self.recorder.step(run.run_id, None, tool, hook.tool_input, tool_output=output, error=error, duration_ms=took)
+        tool_input = hook.tool_input
+        if isinstance(tool_input, dict) and api.CALL_ID_KEY in tool_input:
+            # The call id is bir's, stripped before the upstream saw the call: the recording holds what ran.
+            tool_input = {k: v for k, v in tool_input.items() if k != api.CALL_ID_KEY}
+        self.recorder.step(run.run_id, None, tool, tool_input, tool_output=output, error=error, duration_ms=took)
 
     def _correlate(self, run: Run, hook: api.HookInput) -> api.HookAnswer:
         """§7.1: an ordinary wrapped MCP call carries a call id only where answering changes nothing the

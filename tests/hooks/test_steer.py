@@ -317,3 +317,21 @@ async def test_with_recorded_outputs_allowed_a_step_that_cannot_be_sent_stands_o
     assert report["outcome"] == "diverged"
     assert report["stepsPinned"] == 1
     assert [s["status"] for s in report["steps"]] == ["ok", "recorded", "recorded"]
+
+
+async def test_a_recorded_call_holds_the_arguments_that_ran_not_the_call_id(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BIR_CORRELATION_DECISION", "allow")
+    await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt="something new"))
+    answer = decision(await pre(rig, LIST, {"region": "eu-west-1"}, "t1"))
+    ran = answer["updatedInput"]
+    await post(rig, LIST, ran, "t1", [{"type": "text", "text": "[]"}])
+    await rig.hook("/session/stop", hook_input("Stop", last_assistant_message="none"))
+    await rig.hook("/session/end", hook_input("SessionEnd", reason="other"))
+    [run_id] = [r.body["id"] for r in rig.fake.requests_to("match")]
+    with anyio.fail_after(10):
+        while not rig.fake.steps_of(run_id):  # noqa: ASYNC110 - the outbox sends in the background
+            await anyio.sleep(0.02)
+    [step] = rig.fake.steps_of(run_id)
+    assert step["toolInput"] == {"region": "eu-west-1"}
