@@ -242,6 +242,8 @@ async def _measure_pools(
                 **_latency(samples),
                 "recycled": pool_stats.recycled,
                 "cold_waits": pool_stats.cold_waits,
+                "past_budget": pool_stats.past_budget,
+                "spawn_waits": pool_stats.spawn_waits,
             }
             stats["default_max_jobs"] = pool_stats.as_dict()
 
@@ -421,7 +423,8 @@ def render_table(report: dict[str, Any]) -> str:
         lines.append(
             f"default max_jobs ({recycle['max_jobs']}), 1 worker, mix: p50 {recycle['p50_us']:.1f} µs, "
             f"p99 {recycle['p99_us']:.1f} µs over {recycle['calls']} calls; recycled {recycle['recycled']}, "
-            f"cold waits {recycle['cold_waits']}"
+            f"cold waits {recycle['cold_waits']}, jobs past budget {recycle['past_budget']}, "
+            f"jobs that waited on a start {recycle['spawn_waits']}"
         )
     quickjs = report["quickjs"]
     if quickjs is not None:

@@ -91,6 +91,7 @@ class WorkerProcess:
         self.pid: int | None = None
         self.job_budget = job_budget
         self.jobs_done = 0
+        self.last_job_at: float | None = None  # time.monotonic() when its last job ended
         self.current: object | None = None  # the pool's job record
         self.kill_reason: str | None = None  # set when the supervisor killed it on purpose
         self.retiring = False
