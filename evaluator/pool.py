@@ -50,6 +50,7 @@ START_DEADLINE_S: Final = 30.0
 RSS_POLL_S: Final = 0.02
 MAX_ATTEMPTS: Final = 2
 MAX_SPAWN_FAILURES: Final = 3
+MAX_KEYS_CACHED: Final = 1000
 RECYCLED: Final = "served its jobs"
 # A spare starts this many times its expected start time before its worker reaches its budget.
 SPARE_LEAD_FACTOR: Final = 2.0
@@ -162,6 +163,7 @@ class EvaluatorPool(WorkerEvents):
             raise config.ConfigError(f"engine must be v8 or quickjs, got {chosen!r}")
         self.engine = chosen
         self._codec = Codec()
+        self._keys: dict[tuple[str, str], str] = {}  # (kind, body) -> its key, hashed once
         self._refusals = RefusalLedger()
         self._live: list[WorkerProcess] = []  # every worker that answered its handshake, until reaped
         self._procs: set[WorkerProcess] = set()  # every process started, until it exited
@@ -264,7 +266,11 @@ class EvaluatorPool(WorkerEvents):
         if self._closed or not self._started:
             why = "the evaluator pool is closed" if self._closed else "the evaluator pool is not started"
             raise LogicError("closed", why, kind)
-        key = hashlib.sha256(f"{kind}\0{body}".encode()).hexdigest()[:32]
+        key = self._keys.get((kind, body))
+        if key is None:
+            if len(self._keys) >= MAX_KEYS_CACHED:
+                self._keys.clear()
+            key = self._keys[(kind, body)] = hashlib.sha256(f"{kind}\0{body}".encode()).hexdigest()[:32]
         refusal = self._refusals.check(key)
         if refusal is not None:
             self._counts.refused += 1
