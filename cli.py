@@ -56,6 +56,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--run", metavar="RUN_ID", help="with --scenario: take the outputs from this source run")
     ev.add_argument("--calls", type=int, help="with --scenario: timed calls per body (default 200, 50 with --quick)")
+    pn = bench_sub.add_parser("pin", help="what a pinned tool call costs: bir-hook beside bare command hooks")
+    pn.add_argument("--quick", action="store_true", help="fewer iterations (about 10 s)")
+    pn.add_argument("--json", action="store_true", help="print one JSON document")
     px = bench_sub.add_parser("proxy", help="what bir-proxy adds to a tools/call, and a direct step's round trip")
     px.add_argument("--quick", action="store_true", help="fewer iterations (about 30 s)")
     px.add_argument("--json", action="store_true", help="print one JSON document")
@@ -163,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bir.benchmarks.eval_bench import run_eval_bench
 
             return run_eval_bench(quick=args.quick, as_json=args.json)
+        if args.command == "bench" and args.bench_target == "pin":
+            from bir.benchmarks.pin_bench import run_pin_bench
+
+            return run_pin_bench(quick=args.quick, as_json=args.json)
         if args.command == "bench" and args.bench_target == "proxy":
             from bir.benchmarks.proxy_bench import run_proxy_bench
 
