@@ -292,6 +292,8 @@ class EvaluatorPool(WorkerEvents):
         self._next_id += 1
         loop = asyncio.get_running_loop()
         record = _JobRecord(self._next_id, kind, key, body, args_text, loop.create_future())
+        if not self._idle:
+            self._mark_if_short(record)
         self._pending.append(record)
         self._dispatch()
         try:
@@ -393,6 +395,11 @@ class EvaluatorPool(WorkerEvents):
     def _ready_workers(self) -> list[WorkerProcess]:
         return [w for w in self._live if w.state == "ready" and not w.retiring]
 
+    def _mark_if_short(self, record: _JobRecord) -> None:
+        """A job that has to queue while the pool is short of ready workers waits on a start."""
+        if record.short_since is None and len(self._ready_workers()) < self.workers:
+            record.short_since = time.monotonic()
+
     def _live_count(self) -> int:
         """Workers serving or about to: a spare counts only once its worker is gone."""
         serving = sum(1 for w in self._live if not w.retiring)
@@ -411,12 +418,6 @@ class EvaluatorPool(WorkerEvents):
             self._run_on(worker, record)
         if not self._pending or self._closed:
             return
-        short = len(self._ready_workers()) < self.workers
-        if short:
-            now = time.monotonic()
-            for record in self._pending:
-                if record.short_since is None:
-                    record.short_since = now
         if not self._idle and not self._ready_workers():
             self._counts.cold_waits += 1
             if self._live_count() < self.workers:
@@ -565,6 +566,7 @@ class EvaluatorPool(WorkerEvents):
         with contextlib.suppress(ValueError):
             self._idle.remove(worker)
         record = worker.current
+        retried: _JobRecord | None = None
         if isinstance(record, _JobRecord):
             if record.kill_timer is not None:
                 record.kill_timer.cancel()
@@ -576,6 +578,7 @@ class EvaluatorPool(WorkerEvents):
                 if record.attempts < MAX_ATTEMPTS and not self._closed:
                     self._counts.retries += 1
                     self._pending.appendleft(record)
+                    retried = record
                 else:
                     worker.current = record
                     message = f"{record.kind} took its worker down twice"
@@ -586,6 +589,8 @@ class EvaluatorPool(WorkerEvents):
         if not self._closed:
             self._hand_over(worker)
             self._spare_of.pop(worker, None)
+            if retried is not None and not self._idle:
+                self._mark_if_short(retried)
         self._dispatch()
 
     # -- memory ----------------------------------------------------------------------------------------------

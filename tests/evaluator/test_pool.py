@@ -135,6 +135,9 @@ async def test_a_worker_killed_mid_job_runs_the_job_once_more_on_another_worker(
         stats = pool.stats()
         assert stats.retries == 1
         assert pid not in _worker_pids(pool)
+        # Its only worker gone, the job waited for the next one to start, and the pool says so.
+        assert stats.spawn_waits == 1
+        assert stats.spawn_wait_us_total == stats.spawn_wait_us_max > 0
 
 
 async def test_a_body_that_took_a_worker_down_twice_is_refused(engine: str) -> None:
