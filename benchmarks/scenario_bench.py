@@ -395,11 +395,16 @@ def render_text(report: dict[str, Any]) -> str:
     if suggested is None:
         lines.append("no body could be timed: nothing to suggest.")
     else:
+        wanted = suggested["worst_ms"] * suggested["margin"]
+        if not suggested["fits_within_ceiling"]:
+            why = f"the ceiling: {suggested['margin']:g}x the slowest call would be {wanted:.0f} ms"
+        elif suggested["value_ms"] == SUGGEST_FLOOR_MS and wanted < SUGGEST_FLOOR_MS:
+            why = f"the {SUGGEST_FLOOR_MS} ms floor; {suggested['margin']:g}x the slowest call is {wanted:.1f} ms"
+        else:
+            why = f"{suggested['margin']:g}x the slowest call, rounded up to {SUGGEST_STEP_MS} ms"
         lines.append(
-            f"the slowest call took {suggested['worst_ms']:.3f} ms; {TIMEOUT_VARIABLE}={suggested['value_ms']} fits "
-            f"({suggested['margin']:g}x over it, at least {SUGGEST_FLOOR_MS} ms)"
-            + ("" if suggested["fits_within_ceiling"] else ": the ceiling, short of that margin")
-            + "."
+            f"the slowest call took {suggested['worst_ms']:.3f} ms; "
+            f"{TIMEOUT_VARIABLE}={suggested['value_ms']} fits ({why})."
         )
     near = report["near_limit"]
     lines.append(f"within 2x of the current limit: {', '.join(near) if near else 'none'}.")
