@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import anyio
@@ -329,6 +330,13 @@ def _worker_processes(besides: frozenset[int] = frozenset()) -> list[psutil.Proc
     return found
 
 
+def _age_s(process: psutil.Process) -> float:
+    try:
+        return time.time() - process.create_time()
+    except psutil.Error:
+        return 0.0  # gone already
+
+
 def _other_pools_workers() -> frozenset[int]:
     return frozenset(p.pid for p in _worker_processes())
 
@@ -380,7 +388,8 @@ async def test_ten_thousand_jobs_with_workers_killed_at_random_lose_no_call() ->
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), rng.uniform(0.05, 0.3))
-            victims = _worker_processes(others)
+            # Workers that have started (a start killed three times running reads as workers that cannot start).
+            victims = [p for p in _worker_processes(others) if _age_s(p) > 1.0]
             if victims and not stop.is_set():
                 with contextlib.suppress(psutil.Error):
                     rng.choice(victims).send_signal(signal.SIGKILL)
