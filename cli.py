@@ -42,9 +42,23 @@ def _build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure bir's hot paths", epilog=EXIT_CODES)
     bench_sub = bench.add_subparsers(dest="bench_target", required=True)
-    ev = bench_sub.add_parser("eval", help="the evaluator pool against the in-process floor")
+    ev = bench_sub.add_parser(
+        "eval", help="the evaluator pool against the in-process floor, or one scenario's bodies (--scenario)"
+    )
     ev.add_argument("--quick", action="store_true", help="fewer iterations (about 20 s)")
     ev.add_argument("--json", action="store_true", help="print one JSON document")
+    ev.add_argument(
+        "--scenario", help="time this scenario's own bodies (a file or a scn_ id) and suggest BIR_LOGIC_TIMEOUT_MS"
+    )
+    ev.add_argument("--prompt", help="with --scenario: derive the parameters from this request (else the samples)")
+    ev.add_argument(
+        "--outputs", metavar="FILE", help="with --scenario: a JSON object, step index -> that step's output"
+    )
+    ev.add_argument("--run", metavar="RUN_ID", help="with --scenario: take the outputs from this source run")
+    ev.add_argument("--calls", type=int, help="with --scenario: timed calls per body (default 200, 50 with --quick)")
+    pn = bench_sub.add_parser("pin", help="what a pinned tool call costs: bir-hook beside bare command hooks")
+    pn.add_argument("--quick", action="store_true", help="fewer iterations (about 10 s)")
+    pn.add_argument("--json", action="store_true", help="print one JSON document")
     px = bench_sub.add_parser("proxy", help="what bir-proxy adds to a tools/call, and a direct step's round trip")
     px.add_argument("--quick", action="store_true", help="fewer iterations (about 30 s)")
     px.add_argument("--json", action="store_true", help="print one JSON document")
@@ -216,10 +230,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "config":
             sys.stdout.write((config.markdown_table() if args.markdown else config.text_table()) + "\n")
             return EXIT_OK
+        if args.command == "bench" and args.bench_target == "eval" and args.scenario:
+            from bir.benchmarks.scenario_bench import main_args, run_scenario_bench
+
+            return run_scenario_bench(main_args(args), as_json=args.json)
         if args.command == "bench" and args.bench_target == "eval":
             from bir.benchmarks.eval_bench import run_eval_bench
 
             return run_eval_bench(quick=args.quick, as_json=args.json)
+        if args.command == "bench" and args.bench_target == "pin":
+            from bir.benchmarks.pin_bench import run_pin_bench
+
+            return run_pin_bench(quick=args.quick, as_json=args.json)
         if args.command == "bench" and args.bench_target == "proxy":
             from bir.benchmarks.proxy_bench import run_proxy_bench
 

@@ -7,11 +7,14 @@ exited, ``_recycle`` one that served its jobs. Every job ends exactly once: with
 
 Budgets: each job is bounded by ``timeout_ms`` inside the isolate and by a SIGKILL from here a little
 later; memory by the engine's limit and by the worker's RSS, watched here. A worker is replaced
-after ``max_jobs`` jobs (plus up to 10% jitter, so workers do not all recycle at once); its
-replacement is started ahead, and the old worker keeps serving until the new one is ready, so
-recycling costs no job any latency. A job whose worker died runs once more before its body is
-blamed; a body that overran its time or memory, or took a worker down twice, is refused with the
-same message for ten minutes.
+after ``max_jobs`` jobs (plus up to 10% jitter, so workers do not all recycle at once). Its
+replacement, a *spare*, is started ahead by as many jobs as the worker will serve while a spare
+starts (from the measured start time and the measured interval between jobs, with a safety factor),
+and waits warm, serving nothing, until the worker reaches its budget: then the swap is instant. When
+jobs come faster than a spare can start (a budget shorter than a start), the old worker serves on
+rather than make a job wait, and ``PoolStats.past_budget`` counts those jobs. A job whose worker
+died runs once more before its body is blamed; a body that overran its time or memory, or took a
+worker down twice, is refused with the same message for ten minutes.
 
 asyncio only (the control server and the proxies run on asyncio).
 """
@@ -22,6 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import math
 import random
 import shutil
 import tempfile
@@ -46,7 +50,13 @@ START_DEADLINE_S: Final = 30.0
 RSS_POLL_S: Final = 0.02
 MAX_ATTEMPTS: Final = 2
 MAX_SPAWN_FAILURES: Final = 3
+MAX_KEYS_CACHED: Final = 1000
 RECYCLED: Final = "served its jobs"
+# A spare starts this many times its expected start time before its worker reaches its budget.
+SPARE_LEAD_FACTOR: Final = 2.0
+EWMA_WEIGHT: Final = 0.2
+# Until a start is measured: about what one takes on a quiet two-core machine.
+FIRST_START_GUESS_S: Final = 0.3
 _json_decoder = msgspec.json.Decoder(dict[str, Any])
 _json_encoder = msgspec.json.Encoder()
 
@@ -66,13 +76,22 @@ class _Counters:
     retries: int = 0
     cold_waits: int = 0
     retired: int = 0
+    past_budget: int = 0
+    spawn_waits: int = 0
+    spawn_wait_us_total: int = 0
+    spawn_wait_us_max: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class PoolStats:
     """A pool's counters since it started (jobs run, workers started, recycled and retired, jobs that
     timed out, ran out of memory or crashed, refusals, overloads, retries, waits for a cold worker) and
-    its state now: jobs queued, workers ready, bodies it refuses."""
+    its state now: jobs queued, workers ready, bodies it refuses.
+
+    Recycling on time: ``past_budget`` is the jobs a worker ran past its budget because its spare was
+    not ready yet (goal 0); ``spawn_waits`` the jobs that waited while the pool was short of workers
+    because some were starting, and ``spawn_wait_us_total`` / ``spawn_wait_us_max`` how long (goal 0).
+    ``spares`` is the warm spares ready now."""
 
     jobs: int
     workers_started: int
@@ -85,9 +104,14 @@ class PoolStats:
     retries: int
     cold_waits: int
     retired: int
+    past_budget: int
+    spawn_waits: int
+    spawn_wait_us_total: int
+    spawn_wait_us_max: int
     queued: int
     workers_live: int
     refusing: int
+    spares: int
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a JSON object."""
@@ -105,6 +129,8 @@ class _JobRecord:
     attempts: int = 0
     queued_at: float = field(default_factory=time.monotonic)
     kill_timer: asyncio.TimerHandle | None = None
+    # Since when it waits while the pool is short of workers because some are starting, if it does.
+    short_since: float | None = None
 
     def wire(self, timeout_ms: int) -> Job:
         return Job(id=self.id, kind=self.kind, key=self.key, body=self.body, args=self.args, timeout_ms=timeout_ms)
@@ -137,6 +163,7 @@ class EvaluatorPool(WorkerEvents):
             raise config.ConfigError(f"engine must be v8 or quickjs, got {chosen!r}")
         self.engine = chosen
         self._codec = Codec()
+        self._keys: dict[tuple[str, str], str] = {}  # (kind, body) -> its key, hashed once
         self._refusals = RefusalLedger()
         self._live: list[WorkerProcess] = []  # every worker that answered its handshake, until reaped
         self._procs: set[WorkerProcess] = set()  # every process started, until it exited
@@ -147,8 +174,11 @@ class EvaluatorPool(WorkerEvents):
         self._started = False
         self._cwd: str | None = None
         self._spawn_failures = 0
-        self._spawning = 0
-        self._standby_for: dict[WorkerProcess, asyncio.Task[Any]] = {}
+        # Starts in flight, each with the worker it is the spare of (None: a worker of its own).
+        self._starting: dict[WorkerProcess, WorkerProcess | None] = {}
+        self._spare_of: dict[WorkerProcess, WorkerProcess] = {}  # a serving worker -> its spare, starting or ready
+        self._start_s = FIRST_START_GUESS_S  # moving average of a worker's start, spawn to handshake
+        self._job_interval_s: float | None = None  # moving average of the time between a worker's jobs
         self._monitor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._counts = _Counters()
@@ -216,7 +246,7 @@ class EvaluatorPool(WorkerEvents):
         for worker in workers:
             if worker.current is not None:
                 self._finish_record(worker, LogicError("closed", "the evaluator pool is closed"))
-            self._standby_for.pop(worker, None)
+        self._spare_of.clear()
         if self._cwd is not None:
             shutil.rmtree(self._cwd, ignore_errors=True)
 
@@ -236,7 +266,11 @@ class EvaluatorPool(WorkerEvents):
         if self._closed or not self._started:
             why = "the evaluator pool is closed" if self._closed else "the evaluator pool is not started"
             raise LogicError("closed", why, kind)
-        key = hashlib.sha256(f"{kind}\0{body}".encode()).hexdigest()[:32]
+        key = self._keys.get((kind, body))
+        if key is None:
+            if len(self._keys) >= MAX_KEYS_CACHED:
+                self._keys.clear()
+            key = self._keys[(kind, body)] = hashlib.sha256(f"{kind}\0{body}".encode()).hexdigest()[:32]
         refusal = self._refusals.check(key)
         if refusal is not None:
             self._counts.refused += 1
@@ -258,6 +292,8 @@ class EvaluatorPool(WorkerEvents):
         self._next_id += 1
         loop = asyncio.get_running_loop()
         record = _JobRecord(self._next_id, kind, key, body, args_text, loop.create_future())
+        if not self._idle:
+            self._mark_if_short(record)
         self._pending.append(record)
         self._dispatch()
         try:
@@ -275,11 +311,12 @@ class EvaluatorPool(WorkerEvents):
             queued=len(self._pending),
             workers_live=sum(1 for w in self._live if w.state == "ready"),
             refusing=len(self._refusals),
+            spares=sum(1 for w in self._spare_of.values() if w.state == "ready"),
         )
 
     # -- supervision -------------------------------------------------------------------------------------
 
-    async def _spawn(self) -> WorkerProcess:
+    async def _spawn(self, spare_for: WorkerProcess | None = None) -> WorkerProcess:
         assert self._cwd is not None
         budget = self.max_jobs + random.randint(0, self.max_jobs // 10)
         worker = WorkerProcess(
@@ -290,33 +327,53 @@ class EvaluatorPool(WorkerEvents):
             job_budget=budget,
             codec=self._codec,
         )
-        self._spawning += 1
+        self._starting[worker] = spare_for
+        if spare_for is not None:
+            self._spare_of[spare_for] = worker
         self._procs.add(worker)
+        began = time.monotonic()
         try:
             await worker.start(START_DEADLINE_S)
         except asyncio.CancelledError:
-            self._spawning -= 1
+            self._forget_start(worker)
             raise
         except BaseException as exc:
-            self._spawning -= 1
+            self._forget_start(worker)
             self._spawn_failures += 1
             log_event("evaluator.spawn_failed", error=str(exc)[:500], failures=self._spawn_failures)
             if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._ready_workers():
                 while self._pending:
                     self._fail(self._pending.popleft(), "crashed", f"the evaluator's workers cannot start: {exc}")
             raise
-        self._spawning -= 1
+        self._start_s += EWMA_WEIGHT * ((time.monotonic() - began) - self._start_s)
+        predecessor = self._starting.pop(worker, None)
         self._spawn_failures = 0
         self._counts.workers_started += 1
         if self._closed:
             worker.kill("close")
             return worker
-        self._live.append(worker)
-        self._idle.append(worker)
-        self._dispatch()
+        if predecessor is None or predecessor.retiring or predecessor.state == "dead":
+            self._promote(worker, predecessor)
+        elif predecessor.jobs_done >= predecessor.job_budget and predecessor.current is None:
+            self._retire(predecessor, RECYCLED)  # promotes the spare
+        # Otherwise it waits warm until its worker reaches its budget (_after_job).
         return worker
 
-    def _spawn_soon(self, delay_s: float = 0.0) -> asyncio.Task[Any] | None:
+    def _forget_start(self, worker: WorkerProcess) -> None:
+        predecessor = self._starting.pop(worker, None)
+        if predecessor is not None and self._spare_of.get(predecessor) is worker:
+            del self._spare_of[predecessor]  # the worker's next job starts another
+
+    def _promote(self, worker: WorkerProcess, predecessor: WorkerProcess | None) -> None:
+        """Make a ready worker one that serves (a first worker, or a spare taking over)."""
+        if predecessor is not None and self._spare_of.get(predecessor) is worker:
+            del self._spare_of[predecessor]
+        self._live.append(worker)
+        self._idle.append(worker)
+        self._maybe_start_spare(worker)
+        self._dispatch()
+
+    def _spawn_soon(self, delay_s: float = 0.0, spare_for: WorkerProcess | None = None) -> asyncio.Task[Any] | None:
         if self._closed:
             return None
 
@@ -324,7 +381,7 @@ class EvaluatorPool(WorkerEvents):
             if delay_s:
                 await asyncio.sleep(delay_s)
             try:
-                return await self._spawn()
+                return await self._spawn(spare_for)
             except Exception:  # noqa: BLE001 - logged in _spawn; the next need will try again
                 if not self._closed and self._live_count() < self.workers:
                     self._spawn_soon(min(30.0, 0.5 * 2 ** min(self._spawn_failures, 6)))
@@ -338,8 +395,16 @@ class EvaluatorPool(WorkerEvents):
     def _ready_workers(self) -> list[WorkerProcess]:
         return [w for w in self._live if w.state == "ready" and not w.retiring]
 
+    def _mark_if_short(self, record: _JobRecord) -> None:
+        """A job that has to queue while the pool is short of ready workers waits on a start."""
+        if record.short_since is None and len(self._ready_workers()) < self.workers:
+            record.short_since = time.monotonic()
+
     def _live_count(self) -> int:
-        return sum(1 for w in self._live if not w.retiring) + self._spawning
+        """Workers serving or about to: a spare counts only once its worker is gone."""
+        serving = sum(1 for w in self._live if not w.retiring)
+        starting = sum(1 for p in self._starting.values() if p is None or p.retiring or p.state == "dead")
+        return serving + starting
 
     def _dispatch(self) -> None:
         while self._pending and self._idle:
@@ -351,13 +416,23 @@ class EvaluatorPool(WorkerEvents):
                 self._idle.appendleft(worker)
                 continue
             self._run_on(worker, record)
-        if self._pending and not self._idle and not self._ready_workers() and not self._closed:
+        if not self._pending or self._closed:
+            return
+        if not self._idle and not self._ready_workers():
             self._counts.cold_waits += 1
             if self._live_count() < self.workers:
                 self._spawn_soon()
 
     def _run_on(self, worker: WorkerProcess, record: _JobRecord) -> None:
         worker.current = record
+        if worker.jobs_done >= worker.job_budget:
+            self._counts.past_budget += 1
+        if record.short_since is not None:
+            waited_us = int((time.monotonic() - record.short_since) * 1e6)
+            record.short_since = None
+            self._counts.spawn_waits += 1
+            self._counts.spawn_wait_us_total += waited_us
+            self._counts.spawn_wait_us_max = max(self._counts.spawn_wait_us_max, waited_us)
         if not worker.send(record.wire(self.timeout_ms)):
             worker.current = None
             self._pending.appendleft(record)
@@ -426,36 +501,36 @@ class EvaluatorPool(WorkerEvents):
     def _after_job(self, worker: WorkerProcess) -> None:
         if worker.state != "ready":
             return
+        now = time.monotonic()
+        if worker.last_job_at is not None:
+            interval = now - worker.last_job_at
+            if self._job_interval_s is None:
+                self._job_interval_s = interval
+            else:
+                self._job_interval_s += EWMA_WEIGHT * (interval - self._job_interval_s)
+        worker.last_job_at = now
         if worker.retiring:
             worker.shutdown()  # it asked to go while this job ran
             return
-        margin = max(1, worker.job_budget // 10)
-        if worker not in self._standby_for and worker.jobs_done >= worker.job_budget - margin and not self._closed:
-            self._start_standby(worker)
-        if worker.jobs_done >= worker.job_budget and _ready(self._standby_for.get(worker)):
-            self._retire(worker, RECYCLED)
+        spare = self._spare_of.get(worker)
+        if worker.jobs_done >= worker.job_budget and spare is not None and spare.state == "ready":
+            self._retire(worker, RECYCLED)  # the warm spare takes over at once
             return
+        self._maybe_start_spare(worker)
         self._idle.append(worker)
         self._dispatch()
 
-    def _start_standby(self, worker: WorkerProcess) -> None:
-        """Start the replacement of a worker near its job budget. The old worker keeps serving until
-        the replacement is ready, so no job waits for a worker to start."""
-        task = self._spawn_soon()
-        if task is None:
+    def _maybe_start_spare(self, worker: WorkerProcess) -> None:
+        """Start the worker's spare once it has no more jobs left than it will serve while one starts."""
+        if worker in self._spare_of or self._closed or worker.retiring:
             return
-        self._standby_for[worker] = task
-
-        def done(t: asyncio.Task[Any]) -> None:
-            if not _ready(t):
-                self._standby_for.pop(worker, None)  # a later job tries again
-                return
-            # A worker still busy is retired by _after_job when its job is done.
-            over = worker.jobs_done >= worker.job_budget
-            if worker.state == "ready" and not worker.retiring and over and worker.current is None:
-                self._retire(worker, RECYCLED)
-
-        task.add_done_callback(done)
+        margin = max(1, worker.job_budget // 10)
+        lead = margin
+        if self._job_interval_s is not None:
+            expected = SPARE_LEAD_FACTOR * self._start_s / max(self._job_interval_s, 1e-6)
+            lead = max(margin, math.ceil(min(expected, float(worker.job_budget))))
+        if worker.job_budget - worker.jobs_done <= lead:
+            self._spawn_soon(spare_for=worker)
 
     def _retire(self, worker: WorkerProcess, why: str) -> None:
         worker.retiring = True
@@ -467,6 +542,13 @@ class EvaluatorPool(WorkerEvents):
         log_event("evaluator.worker_retired", pid=worker.pid, why=why, jobs=worker.jobs_done)
         if worker.current is None:
             worker.shutdown()
+        self._hand_over(worker)
+
+    def _hand_over(self, worker: WorkerProcess) -> None:
+        """A worker stops serving: its ready spare takes its place, a starting one will, else start one."""
+        spare = self._spare_of.get(worker)
+        if spare is not None and spare.state == "ready" and spare not in self._starting:
+            self._promote(spare, worker)
         if self._live_count() < self.workers:
             self._spawn_soon()
 
@@ -476,12 +558,15 @@ class EvaluatorPool(WorkerEvents):
 
     def on_exit(self, worker: WorkerProcess, returncode: int | None) -> None:
         self._procs.discard(worker)
-        self._standby_for.pop(worker, None)
+        for served, spare in list(self._spare_of.items()):
+            if spare is worker:
+                del self._spare_of[served]  # a spare that died: its worker's next job starts another
         with contextlib.suppress(ValueError):
             self._live.remove(worker)
         with contextlib.suppress(ValueError):
             self._idle.remove(worker)
         record = worker.current
+        retried: _JobRecord | None = None
         if isinstance(record, _JobRecord):
             if record.kill_timer is not None:
                 record.kill_timer.cancel()
@@ -493,6 +578,7 @@ class EvaluatorPool(WorkerEvents):
                 if record.attempts < MAX_ATTEMPTS and not self._closed:
                     self._counts.retries += 1
                     self._pending.appendleft(record)
+                    retried = record
                 else:
                     worker.current = record
                     message = f"{record.kind} took its worker down twice"
@@ -500,8 +586,11 @@ class EvaluatorPool(WorkerEvents):
                     self._refusals.record(record.key, "crashed", message)
         if worker.kill_reason is None and not worker.retiring:
             log_event("evaluator.worker_died", pid=worker.pid, returncode=returncode, stderr=worker.stderr_tail[-500:])
-        if not self._closed and self._live_count() < self.workers:
-            self._spawn_soon()
+        if not self._closed:
+            self._hand_over(worker)
+            self._spare_of.pop(worker, None)
+            if retried is not None and not self._idle:
+                self._mark_if_short(retried)
         self._dispatch()
 
     # -- memory ----------------------------------------------------------------------------------------------
@@ -524,16 +613,6 @@ async def _all_exited(workers: list[WorkerProcess], timeout_s: float) -> bool:
     except TimeoutError:
         return False
     return True
-
-
-def _ready(task: asyncio.Task[Any] | None) -> bool:
-    return (
-        task is not None
-        and task.done()
-        and not task.cancelled()
-        and task.exception() is None
-        and task.result() is not None
-    )
 
 
 def _setting(name: str, given: int | None) -> int:

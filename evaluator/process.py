@@ -63,6 +63,34 @@ class _Protocol(asyncio.SubprocessProtocol):
         self._worker._exited()
 
 
+class _DirectReader(asyncio.Protocol):
+    """The worker's stdout protocol: frames go to the worker as they are read. asyncio's subprocess
+    transport would hand each chunk on through ``call_soon``, one more turn of the loop per answer;
+    everything else (EOF, the pipe's end, flow control) goes to the protocol it replaced, so the
+    process's exit is still seen after its last frame."""
+
+    def __init__(self, worker: WorkerProcess, replaced: asyncio.BaseProtocol) -> None:
+        self._worker = worker
+        self._replaced = replaced
+
+    def data_received(self, data: bytes) -> None:
+        self._worker._feed(data)
+
+    def eof_received(self) -> bool | None:
+        if isinstance(self._replaced, asyncio.Protocol):
+            return self._replaced.eof_received()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._replaced.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._replaced.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._replaced.resume_writing()
+
+
 class WorkerProcess:
     """A running worker. ``current`` is the job it is working on, if any."""
 
@@ -91,6 +119,7 @@ class WorkerProcess:
         self.pid: int | None = None
         self.job_budget = job_budget
         self.jobs_done = 0
+        self.last_job_at: float | None = None  # time.monotonic() when its last job ended
         self.current: object | None = None  # the pool's job record
         self.kill_reason: str | None = None  # set when the supervisor killed it on purpose
         self.retiring = False
@@ -142,6 +171,10 @@ class WorkerProcess:
         )
         self._transport = transport
         self.pid = transport.get_pid()
+        stdout = transport.get_pipe_transport(1)
+        if isinstance(stdout, asyncio.ReadTransport):
+            # Before any job is sent: the worker writes nothing but its Hello until it has one.
+            stdout.set_protocol(_DirectReader(self, stdout.get_protocol()))
         stdin = transport.get_pipe_transport(0)
         assert isinstance(stdin, asyncio.WriteTransport)
         self._stdin = stdin

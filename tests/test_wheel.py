@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO
+from tests.paths import REPO, SCENARIOS
 
 # Building and installing fetches from pip's cache or index; the bench itself takes about 30 s.
 pytestmark = pytest.mark.timeout(600)
@@ -156,16 +156,24 @@ def test_every_console_script_answers_help(installed: Installed, script: str) ->
 
 @pytest.mark.parametrize(
     ("target", "expected"),
-    [("proxy", "bir bench proxy"), ("eval", "bir bench eval")],
+    [
+        (["proxy"], "bir bench proxy"),
+        (["eval"], "bir bench eval"),
+        (["pin"], "bir bench pin"),
+        (["eval", "--scenario", str(SCENARIOS / "fleet-mixed.json")], "bir bench eval --scenario"),
+    ],
+    ids=["proxy", "eval", "pin", "eval-scenario"],
 )
-def test_each_quick_bench_runs_from_the_installed_package(installed: Installed, target: str, expected: str) -> None:
+def test_each_quick_bench_runs_from_the_installed_package(
+    installed: Installed, target: list[str], expected: str
+) -> None:
     done = _run(
-        [str(installed.bin / "bir"), "bench", target, "--quick"],
+        [str(installed.bin / "bir"), "bench", *target, "--quick"],
         cwd=installed.workdir,
         env=installed.env,
         timeout=INSTALL_TIMEOUT_S,
     )
-    _must(done, f"bir bench {target} --quick")
+    _must(done, f"bir bench {' '.join(target)} --quick")
     assert expected in done.stdout, done.stdout[:2000]
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert not any(installed.workdir.iterdir()), "the bench wrote into its working folder"

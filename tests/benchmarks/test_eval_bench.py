@@ -158,7 +158,8 @@ def test_a_tiny_full_run_prints_one_json_document_with_every_key(capsys: pytest.
     assert len(report["goals"]) == 3
     assert report["case_p50_ratio_geomean"] > 0
     assert all(isinstance(g["met"], bool) for g in report["goals"])
-    assert set(report["default_max_jobs"]) == LATENCY_KEYS | {"max_jobs", "recycled", "cold_waits"}
+    recycling = {"max_jobs", "recycled", "cold_waits", "past_budget", "spawn_waits"}
+    assert set(report["default_max_jobs"]) == LATENCY_KEYS | recycling
     assert report["default_max_jobs"]["max_jobs"] == 2000
     assert set(report["quickjs"]) == LATENCY_KEYS
     assert set(report["pool_stats"]) == {"one_worker", "all_workers", "default_max_jobs", "quickjs"}

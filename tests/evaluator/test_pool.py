@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import anyio
@@ -134,6 +136,9 @@ async def test_a_worker_killed_mid_job_runs_the_job_once_more_on_another_worker(
         stats = pool.stats()
         assert stats.retries == 1
         assert pid not in _worker_pids(pool)
+        # Its only worker gone, the job waited for the next one to start, and the pool says so.
+        assert stats.spawn_waits == 1
+        assert stats.spawn_wait_us_total == stats.spawn_wait_us_max > 0
 
 
 async def test_a_body_that_took_a_worker_down_twice_is_refused(engine: str) -> None:
@@ -312,3 +317,108 @@ async def test_the_pool_counters_are_a_typed_record_with_a_json_form(engine: str
     assert stats.jobs == 1
     assert stats.as_dict()["jobs"] == 1
     assert json.loads(json.dumps(stats.as_dict())) == stats.as_dict()
+
+
+def _worker_processes(besides: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """This process's evaluator workers (but those of ``besides``: other pools' workers, by pid),
+    whatever state the pool thinks they are in."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.pid not in besides and "bir.evaluator.worker" in child.cmdline():
+                found.append(child)
+    return found
+
+
+def _age_s(process: psutil.Process) -> float:
+    try:
+        return time.time() - process.create_time()
+    except psutil.Error:
+        return 0.0  # gone already
+
+
+def _other_pools_workers() -> frozenset[int]:
+    return frozenset(p.pid for p in _worker_processes())
+
+
+async def test_workers_recycle_within_their_budget_with_no_job_waiting_when_jobs_are_faster_than_a_start() -> None:
+    # Sequential 4 ms jobs on two workers: a worker serves its 50 in ~0.4 s and a start takes ~0.15 s, so
+    # a spare started from the measured rate is ready in time (one started at 90% of the budget is not).
+    others = _other_pools_workers()
+    async with EvaluatorPool(workers=2, max_jobs=50, timeout_ms=5000) as pool:
+        for i in range(400):
+            assert await pool.evaluate("paramsLogic", SPIN, {"ms": 4}) == {"done": True}, i
+        stats = pool.stats()
+    assert stats.jobs == 400
+    assert stats.past_budget == 0
+    assert stats.spawn_waits == 0
+    assert stats.spawn_wait_us_max == 0
+    # 400 jobs at no more than 55 a worker: at least 8 workers served, and all but the last two were recycled.
+    assert stats.recycled >= 6
+    assert stats.workers_started >= 8
+    assert _worker_processes(others) == []
+
+
+async def test_jobs_faster_than_a_start_never_wait_and_the_overrun_is_counted() -> None:
+    others = _other_pools_workers()
+    async with EvaluatorPool(workers=1, max_jobs=50) as pool:
+        for i in range(400):
+            assert await pool.evaluate("paramsLogic", "return {v: params.v}", {"v": i}) == {"v": i}
+        stats = pool.stats()
+        # Fifty trivial jobs take a few ms, a start a hundred times more: the worker serves on, and says so.
+        assert stats.spawn_waits == 0
+        assert stats.past_budget > 0
+        with anyio.fail_after(30):
+            while pool.stats().recycled == 0:
+                await pool.evaluate("paramsLogic", "return {}", {})
+                await anyio.sleep(0.01)
+        assert await pool.evaluate("paramsLogic", "return {after: 1}", {}) == {"after": 1}
+    assert _worker_processes(others) == []
+
+
+async def test_ten_thousand_jobs_with_workers_killed_at_random_lose_no_call() -> None:
+    bodies = [f"return {{i: params.i, b: {n}}}" for n in range(40)]
+    answered: list[int] = []
+    failed: dict[str, int] = {}
+    kills = 0
+
+    async def killer(stop: asyncio.Event) -> None:
+        nonlocal kills
+        rng = random.Random(10)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), rng.uniform(0.05, 0.3))
+            # Workers that have started (a start killed three times running reads as workers that cannot start).
+            victims = [p for p in _worker_processes(others) if _age_s(p) > 1.0]
+            if victims and not stop.is_set():
+                with contextlib.suppress(psutil.Error):
+                    rng.choice(victims).send_signal(signal.SIGKILL)
+                    kills += 1
+
+    async def caller(start: int, pool: EvaluatorPool) -> None:
+        for i in range(start, 10_000, 8):
+            try:
+                result = await pool.evaluate("paramsLogic", bodies[i % len(bodies)], {"i": i})
+            except LogicError as exc:
+                failed[exc.reason] = failed.get(exc.reason, 0) + 1
+            else:
+                assert result == {"i": i, "b": i % len(bodies)}
+                answered.append(i)
+
+    others = _other_pools_workers()
+    stop = asyncio.Event()
+    async with EvaluatorPool(workers=2, max_jobs=500, timeout_ms=5000) as pool:
+        kill_task = asyncio.ensure_future(killer(stop))
+        try:
+            with anyio.fail_after(120):
+                await asyncio.gather(*(caller(k, pool) for k in range(8)))
+        finally:
+            stop.set()
+            await kill_task
+    assert len(answered) + sum(failed.values()) == 10_000
+    assert len(set(answered)) == len(answered)
+    # A job whose worker died runs once more; one that lost two workers is blamed (then refused).
+    assert set(failed) <= {"crashed", "refused"}
+    assert kills > 0
+    assert len(answered) > 9_000
+    assert _worker_processes(others) == []

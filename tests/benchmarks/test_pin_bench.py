@@ -1,0 +1,93 @@
+"""``bir bench pin``: the hook process beside bare command hooks, and the route seam. Shape and honesty, never speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bir.benchmarks.pin_bench import (
+    Counts,
+    PinBenchError,
+    hook_command,
+    measure,
+    pre_tool_body,
+    run_hook_once,
+    time_route,
+)
+from bir.cli import main
+from bir.hooks.server import ControlServer
+
+TINY = Counts(warmup=1, calls=3)
+SERIES_KEYS = {"calls", "p50_ms", "p90_ms", "p99_ms"}
+
+
+def test_a_tiny_run_measures_every_series_and_derives_its_ratios_from_them() -> None:
+    report = measure(TINY, mode="tiny")
+    hooks = report["hook_process"]
+    assert set(hooks) == {"true", "python_bare", "bir_hook"}
+    for row in [*hooks.values(), report["server_side"]["route_no_work"]]:
+        assert set(row) == SERIES_KEYS
+        assert row["calls"] == 3
+        assert 0 < row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
+    ratios = report["ratios"]
+    bir, python, true = (hooks[k]["p50_ms"] for k in ("bir_hook", "python_bare", "true"))
+    assert ratios["bir_hook_vs_python_bare_p50"] == round(bir / python, 2)
+    assert ratios["python_bare_vs_true_p50"] == round(python / true, 2)
+    hook_goal, server_goal = report["goals"]
+    assert hook_goal["value"] == ratios["bir_hook_vs_python_bare_p50"]
+    assert hook_goal["met"] is (hook_goal["value"] <= 1.3)
+    # The armed pin waits for pinning: said, not invented.
+    assert server_goal["met"] is None
+    assert server_goal["value"] is None
+    assert report["server_side"]["armed_pin"] is None
+    assert report["settings"]["hook"] == hook_command()
+
+
+def test_bir_bench_pin_prints_one_json_document_or_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "pin", "--quick", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["mode"] == "quick"
+    assert report["hook_process"]["bir_hook"]["calls"] == 30
+
+
+def test_the_table_names_each_hook_the_route_and_the_goals() -> None:
+    from bir.benchmarks.pin_bench import render_table
+
+    text = render_table(measure(TINY, mode="tiny"))
+    for needle in ("true (a command hook", "python3 -S", "bir-hook PreToolUse", "POST /tool/pre", "goals:"):
+        assert needle in text
+    assert "not measured yet" in text
+
+
+def test_a_hook_that_fails_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(PinBenchError, match="exited 3"):
+        run_hook_once([sys.executable, "-c", "raise SystemExit(3)"], b"{}", dict(os.environ))
+    with pytest.raises(PinBenchError, match="not a JSON object"):
+        run_hook_once([sys.executable, "-c", "print('hello')"], b"{}", dict(os.environ))
+
+
+@pytest.mark.anyio
+async def test_the_route_seam_times_posts_to_a_real_control_server(tmp_path: Path) -> None:
+    import anyio
+
+    control = ControlServer(token="right", replay_enabled=False)
+    await control.start()
+    try:
+        assert control.url is not None
+        body: dict[str, Any] = pre_tool_body("s1", tmp_path)
+        samples = await anyio.to_thread.run_sync(
+            lambda: time_route(control.url or "", "right", "/tool/pre", body, calls=4, warmup=1)
+        )
+        assert len(samples) == 4
+        assert all(s > 0 for s in samples)
+        with pytest.raises(PinBenchError, match="401"):
+            await anyio.to_thread.run_sync(
+                lambda: time_route(control.url or "", "wrong", "/tool/pre", body, calls=1, warmup=0)
+            )
+    finally:
+        await control.stop()
