@@ -9,10 +9,7 @@ Standard library only, like the other stores ``bir-hook`` may one day read.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +17,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from bir.core import config
+from bir.core.atomic import write_atomic
 from bir.core.log import log_event
 
 VERSION: Final = 1
@@ -115,18 +113,7 @@ def save(url: str, token: str, home: Path | None = None) -> Credentials:
     body = {"version": VERSION, "url": creds.url, "token": creds.token, "savedAt": creds.saved_at}
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".credentials.", suffix=".tmp", dir=path.parent)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(json.dumps(body, indent=2).encode("utf-8") + b"\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, json.dumps(body, indent=2).encode("utf-8") + b"\n")
     except OSError as exc:
         raise CredentialsError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return creds

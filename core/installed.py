@@ -19,7 +19,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bir.core import config
+from bir.core.atomic import write_atomic
 from bir.core.log import log_event
 from bir.core.paths import resolve_project
 
@@ -164,18 +164,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _write(path: Path, store: InstalledProjects) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".installed.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(json.dumps(store.to_json(), indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(store.to_json(), indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
 
 
 def _modify(home: Path | None, change: Callable[[InstalledProjects], InstalledProjects]) -> InstalledProjects:

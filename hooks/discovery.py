@@ -8,14 +8,13 @@ is treated as absent: a crashed server must not send clients to a port someone e
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 import msgspec
 
 from bir.core import config
+from bir.core.atomic import write_atomic
 from bir.core.log import log_event
 from bir.core.paths import pid_alive, project_key
 
@@ -63,19 +62,7 @@ def write_discovery(discovery: Discovery, home: Path | None = None) -> Path:
     # mkdir's mode is filtered by the umask and ignored for an existing directory.
     os.chmod(directory, 0o700)
     target = discovery_path(discovery.project, home)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".tmp", dir=directory)
-    try:
-        # mkstemp creates the file 0600 already; say so rather than rely on it.
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(msgspec.json.encode(discovery))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
+    write_atomic(target, msgspec.json.encode(discovery))
     return target
 
 

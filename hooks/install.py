@@ -26,14 +26,13 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from bir.core import config, installed
+from bir.core import atomic, config, installed
 from bir.core.paths import backups_dir, resolve_project
 from bir.hooks import api
 
@@ -372,18 +371,7 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     except FileNotFoundError:
         keep = 0o600 if mode is None else mode
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".bir-tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, keep)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic.write_atomic(path, data, mode=keep)
 
 
 def _backup(path: Path, data: bytes, folder: Path) -> Path:

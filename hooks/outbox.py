@@ -31,6 +31,7 @@ import anyio.abc
 import msgspec
 
 from bir.core import config
+from bir.core.atomic import write_atomic
 from bir.core.log import log_event
 from bir.core.service import ServiceClient, ServiceError
 from bir.hooks.discovery import discovery_key
@@ -65,18 +66,9 @@ def outbox_dir(project_dir: str | os.PathLike[str], home: Path | None = None) ->
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        # No fsync: the outbox survives a crash of the control server, which is what it is for;
-        # surviving a crash of the machine is not worth a disk flush on every tool call.
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    # Not durable: the outbox survives a crash of the control server, which is what it is for;
+    # surviving a crash of the machine is not worth a disk flush on every tool call.
+    write_atomic(path, data, durable=False)
 
 
 class Outbox:
