@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,3 +129,23 @@ def direct_hit(fake: FakeBaseIn, similarity: float = 0.95) -> str:
         200, {"params": {"region": "eu-west-1", "limit": 200}, "derived": True, "missing": [], "costUsd": 0.0004}
     )
     return ticket
+
+
+@asynccontextmanager
+async def live_server(project: Path, fake: FakeBaseIn) -> AsyncIterator[httpx.AsyncClient]:
+    """A control server with the live controller and its default switches (read from the store and the
+    off file at each use), published for ``project``."""
+    server = ControlServer()
+    await server.start()
+    try:
+        async with (
+            ServiceClient(fake.url, fake.token) as service,
+            live_controller(server, project, service=service),
+        ):
+            write_discovery(server.discovery(project))
+            headers = {"authorization": f"Bearer {server.token}"}
+            async with httpx.AsyncClient(base_url=server.url or "", headers=headers, trust_env=False) as http:
+                yield http
+    finally:
+        with anyio.CancelScope(shield=True):
+            await server.stop()

@@ -10,14 +10,12 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
-import httpx
 import mcp_types as types
 import pytest
 from mcp.client.session import IncomingMessage
@@ -27,10 +25,8 @@ from bir.core import credentials, installed
 from bir.core.paths import revive_stamp
 from bir.core.service import ServiceClient
 from bir.hooks.discovery import Discovery, read_discovery, write_discovery
-from bir.hooks.server import ControlServer
-from bir.hooks.session_host import live_controller
-from tests.fakes.baseinsvc import FakeBaseIn
 from tests.fakes.fixtures import running_fake_service
+from tests.hooks.control_rig import live_server
 from tests.proxy.test_scenario_server import bir_scenario, control_server
 
 BIN = Path(sys.executable).parent
@@ -133,26 +129,6 @@ def test_bir_replay_without_a_switch_still_needs_a_scenario_and_a_prompt(capsys:
 
 
 # -- the switches seen by a running control server and a running bir-scenario --------------------------
-
-
-@asynccontextmanager
-async def live_server(project: Path, fake: FakeBaseIn) -> AsyncIterator[httpx.AsyncClient]:
-    """A control server with the live controller and its default switches (read from the store and the
-    off file at each use), published for ``project``."""
-    server = ControlServer()
-    await server.start()
-    try:
-        async with (
-            ServiceClient(fake.url, fake.token) as service,
-            live_controller(server, project, service=service),
-        ):
-            write_discovery(server.discovery(project))
-            headers = {"authorization": f"Bearer {server.token}"}
-            async with httpx.AsyncClient(base_url=server.url or "", headers=headers, trust_env=False) as http:
-                yield http
-    finally:
-        with anyio.CancelScope(shield=True):
-            await server.stop()
 
 
 async def hook(project: Path, event: str, body: dict[str, Any]) -> dict[str, Any]:

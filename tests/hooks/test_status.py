@@ -5,27 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
-import httpx
 import pytest
 
 from bir.cli import main
 from bir.core import credentials, installed
-from bir.core.service import ServiceClient
 from bir.hooks import api, status
-from bir.hooks.discovery import Discovery, write_discovery
+from bir.hooks.discovery import Discovery
 from bir.hooks.probes import ControlFacts, ServiceCheck
-from bir.hooks.server import ControlServer
-from bir.hooks.session_host import live_controller
 from bir.hooks.status import OffState, StatusFacts
-from tests.fakes.baseinsvc import FakeBaseIn
 from tests.fakes.fixtures import running_fake_service
+from tests.hooks.control_rig import live_server
 from tests.hooks.ops_facts import replay_view_of
 
 
@@ -34,24 +28,6 @@ def project(tmp_path: Path) -> Path:
     path = tmp_path / "project"
     path.mkdir()
     return path.resolve()
-
-
-@asynccontextmanager
-async def live_server(project: Path, fake: FakeBaseIn) -> AsyncIterator[httpx.AsyncClient]:
-    server = ControlServer()
-    await server.start()
-    try:
-        async with (
-            ServiceClient(fake.url, fake.token) as service,
-            live_controller(server, project, service=service),
-        ):
-            write_discovery(server.discovery(project))
-            headers = {"authorization": f"Bearer {server.token}"}
-            async with httpx.AsyncClient(base_url=server.url or "", headers=headers, trust_env=False) as http:
-                yield http
-    finally:
-        with anyio.CancelScope(shield=True):
-            await server.stop()
 
 
 async def status_json(project: Path) -> tuple[int, dict[str, Any]]:
