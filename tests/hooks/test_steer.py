@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from bir.hooks import api
 from bir.hooks.api import CALL_ID_KEY
 from bir.hooks.steer import OWN_ARGUMENTS_NOTE
 from tests.fakes.baseinsvc import Canned, FakeBaseIn
@@ -335,3 +336,27 @@ async def test_a_recorded_call_holds_the_arguments_that_ran_not_the_call_id(
             await anyio.sleep(0.02)
     [step] = rig.fake.steps_of(run_id)
     assert step["toolInput"] == {"region": "eu-west-1"}
+
+
+async def test_a_pretooluse_past_its_deadline_retires_a_plan_getting_ready_or_answers_a_divergences_note(
+    rig: Rig,
+) -> None:
+    steer_hit(rig.fake, read_first())
+    await prompt(rig)
+    late = api.decode(api.HookInput, json.dumps(hook_input("PreToolUse", tool_name="Grep", tool_use_id="t1")).encode())
+    assert rig.controller.overdue("PreToolUse", late) == api.EMPTY_HOOK_ANSWER
+    assert rig.events("replay.pin_overran")
+    assert await pre(rig, "Read", READ, "t2") == {}
+
+    rig.fake.requests.clear()
+    await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT))
+    session = rig.controller.sessions.get("sess-1")
+    assert session is not None
+    assert session.run is not None
+    assert session.run.plan is not None
+    note = session.run.plan.hand_over("no_answer", "no answer in 9 s")
+    answer = rig.controller.overdue("PreToolUse", late).hook_specific_output
+    assert answer is not None
+    assert answer.permission_decision == "deny"
+    assert answer.permission_decision_reason == note
+    assert rig.events("replay.diverge_overran")
