@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from bir.core.redact import redact, redact_text
 from bir.core.truncate import cut, one_line
 from bir.hooks.term import Colour, paint
 
@@ -18,6 +19,8 @@ CELL_CHARS: Final = 60
 LOGIC_CHARS: Final = 2_000
 MESSAGE_CHARS: Final = 300
 MAX_ROWS: Final = 500
+INPUT_CHARS: Final = 300
+OUTPUT_CHARS: Final = 600
 
 
 class Style:
@@ -203,4 +206,58 @@ def render_investigation(scenario: Mapping[str, Any], edits: Mapping[str, Any] |
             + f" {_cell(e.get('id'), 30)} on step {_cell(e.get('stepIndex'))}: saved although the check had problems"
             + f" (note: {_cell(e.get('note'), 120)})"
         )
+    return "\n".join(lines)
+
+
+def _value(value: object, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(redact(value), ensure_ascii=False, default=str)
+    return one_line(redact_text(text), limit)
+
+
+def dry_replay_sentence(data: Mapping[str, Any]) -> str:
+    """What the service's dry replay found, in a person's words."""
+    steps = [s for s in data.get("steps") or [] if isinstance(s, Mapping)]
+    missing = [str(m) for m in data.get("missing") or []][:20]
+    if missing:
+        flags = " ".join(f"--param {_cell(name, 40)}=VALUE" for name in missing)
+        return f"Stopped before any step: no value for the target {', '.join(missing)}. Pass {flags}."
+    error = data.get("error")
+    if data.get("ok") is True and not error:
+        skipped = sum(1 for s in steps if s.get("status") == "no_recorded_output")
+        extra = f"; {skipped} had no recorded output and were skipped" if skipped else ""
+        return f"Dry replay done: {len(steps) - skipped} of {len(steps)} steps ran on the recorded outputs{extra}."
+    if isinstance(error, Mapping):
+        stage = _cell(error.get("stage"), 20)
+        message = _value(error.get("message"), MESSAGE_CHARS)
+        if error.get("stepIndex") is not None:
+            return f"Stopped at step {_cell(error.get('stepIndex'), 10)} ({stage} logic): {message}."
+        return f"Stopped ({stage} logic): {message}."
+    return "Stopped: the service did not say why; --json shows its whole answer."
+
+
+def render_dry_replay(data: Mapping[str, Any], style: Style) -> str:
+    """``bir scenario replay --dry``: the service's dry replay, step by step, then what it found."""
+    lines = [style(f"Dry replay of {_cell(data.get('scenarioId'), 60)} on the service", "bold")]
+    lines.append("(the stored logic over the source run's recorded outputs: no tool ran, nothing was written)")
+    params = data.get("params")
+    if isinstance(params, Mapping):
+        shown = ", ".join(f"{_cell(k, 40)}={_value(v, 120)}" for k, v in list(params.items())[:50])
+        derived = " (some derived from the prompt)" if data.get("derived") else ""
+        lines.append(f"Parameters: {shown or '(none)'}{derived}")
+    for step in [s for s in data.get("steps") or [] if isinstance(s, Mapping)][:MAX_ROWS]:
+        status = _cell(step.get("status"), 30)
+        head = f"step {_cell(step.get('stepIndex'), 10)}  {_cell(step.get('toolName'), 80)}  {status}"
+        lines += ["", style(head, "red" if status == "failed" else "bold")]
+        if "input" in step:
+            lines.append(f"  input:  {_value(step.get('input'), INPUT_CHARS)}")
+        if step.get("output") is not None:
+            lines.append(f"  output: {_value(step.get('output'), OUTPUT_CHARS)}")
+    lines += ["", dry_replay_sentence(data)]
+    model = data.get("responseModel")
+    if isinstance(model, Mapping):
+        lines.append("Response model:")
+        lines += [f"  {_cell(k, 40)}: {_value(v, INPUT_CHARS)}" for k, v in list(model.items())[:50]] or ["  (empty)"]
+    cost = data.get("costUsd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+        lines.append(f"Cost on the service: ${cost:.4f}")
     return "\n".join(lines)
