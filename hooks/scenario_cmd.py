@@ -168,7 +168,7 @@ def add_parsers(sub: Any) -> None:
     editing.add_argument("switch", choices=("on", "off", "status"))
     editing.add_argument("--project", default=".", help="the project directory (default: the working directory)")
     _json_flag(editing)
-    inv = _sub(sub, "investigate", "a scenario's state, its marked steps and its forced saves")
+    inv = _sub(sub, "investigate", "a scenario's state, its marked steps, and every save or undo that was forced")
     inv.add_argument("target", help="a run_ or scn_ id")
     _json_flag(inv)
 

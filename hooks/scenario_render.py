@@ -187,8 +187,22 @@ def render_edits(data: Mapping[str, Any]) -> str:
     return head + "\n" + table(["edit", "step", "kind", "revision", "state", "changed", "note"], rows)
 
 
+def _forced_line(entry: Mapping[str, Any], style: Style) -> str:
+    head = style("  FORCED", "yellow") + f" {_cell(entry.get('id'), 30)} on step {_cell(entry.get('stepIndex'))}: "
+    if entry.get("kind") == "undo":
+        what = f"undid {_cell(entry.get('undoes'), 30)} although it breaks later steps"
+    else:
+        what = "saved although the check had problems"
+    since = "; since undone" if entry.get("undone") else ""
+    return f"{head}{what} (note: {_cell(entry.get('note'), 120)}){since}"
+
+
 def render_investigation(scenario: Mapping[str, Any], edits: Mapping[str, Any] | None, style: Style) -> str:
-    """``bir investigate``: the scenario's state, its marked steps, and every forced save still standing."""
+    """``bir investigate``: the scenario's state, its marked steps, and every forced save or undo.
+
+    A forced entry stays listed after it is taken back (spec §16.5: investigate "keeps saying so"),
+    marked as undone, because what was forced past the check is what an owner investigates.
+    """
     lines = [
         _title(scenario, style),
         f"intent: {_cell(scenario.get('intent'), 300)}",
@@ -198,14 +212,8 @@ def render_investigation(scenario: Mapping[str, Any], edits: Mapping[str, Any] |
     lines += [f"  step {_cell(s.get('stepIndex'))} {_cell(s.get('toolName'), 80)}{_mark(s)}" for s in steps]
     history = [e for e in (edits or {}).get("edits") or [] if isinstance(e, Mapping)]
     standing = [e for e in history if not e.get("undone") and e.get("kind") == "edit"]
-    forced = [e for e in history if e.get("forced") and not e.get("undone")]
     lines.append(f"hand edits standing: {len(standing)} (of {len(history)} entries)")
-    for e in forced:
-        lines.append(
-            style("  FORCED", "yellow")
-            + f" {_cell(e.get('id'), 30)} on step {_cell(e.get('stepIndex'))}: saved although the check had problems"
-            + f" (note: {_cell(e.get('note'), 120)})"
-        )
+    lines += [_forced_line(e, style) for e in history[:MAX_ROWS] if e.get("forced")]
     return "\n".join(lines)
 
 

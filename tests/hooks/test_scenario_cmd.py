@@ -545,3 +545,18 @@ def test_every_command_has_help_with_an_example(command: str, capsys: pytest.Cap
         main(["scenario", command, "--help"])
     assert exited.value.code == 0
     assert f"bir scenario {command}" in capsys.readouterr().out.split("example")[1]
+
+
+def test_investigate_keeps_saying_a_save_was_forced_after_it_is_taken_back(
+    fake: FakeBaseIn, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fake.check_problems[(SCN, 0)] = [{"code": "not_reproduced", "message": "another count"}]
+    path = logic_file(tmp_path, GOOD_OUTPUT_LOGIC)
+    args = ("scenario", "edit", SCN, "--step", "0", "--output-logic", path, "--force", "--note", "on purpose")
+    assert bir(capsys, *args)[0] == 0
+    fake.undo_breaks.add("sedit_0")
+    assert bir(capsys, "scenario", "undo", SCN, "--force", "--note", "back to the recording")[0] == 0
+    code, out, _ = bir(capsys, "investigate", SCN)
+    assert code == 0
+    assert "FORCED sedit_0 on step 0: saved although the check had problems (note: on purpose); since undone" in out
+    assert "FORCED sedit_1 on step 0: undid sedit_0 although it breaks later steps (note: back to the recording)" in out
