@@ -226,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("scenario", "investigate"):
             from bir.hooks.scenario_cmd import run_command
 
-            return _replay(args) if getattr(args, "scenario_command", "") == "replay" else run_command(args)
+            local_replay = getattr(args, "scenario_command", "") == "replay" and not args.dry
+            return _replay(args) if local_replay else run_command(args)
         if args.command == "config":
             sys.stdout.write((config.markdown_table() if args.markdown else config.text_table()) + "\n")
             return EXIT_OK

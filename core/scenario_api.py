@@ -114,6 +114,17 @@ class ScenarioApi:
         """``PATCH /scenarios/:id/steps/:n``: the same check, then save. Raises: ServiceError: no answer."""
         return await self._send("PATCH", f"/scenarios/{_seg(scenario_id)}/steps/{_seg(step)}", "save", body)
 
+    async def dry_replay(self, scenario_id: str, prompt: str, params: Mapping[str, object]) -> Reply:
+        """``POST /scenarios/:id/replay``: the stored logic over the recorded outputs; runs no tool, writes nothing.
+
+        Its one model call (deriving parameters) and the sandbox make it as slow as a check, so it gets
+        the changing routes' time limit. Raises: ServiceError: no answer.
+        """
+        body: dict[str, Any] = {"prompt": prompt}
+        if params:
+            body["params"] = dict(params)
+        return await self._send("POST", f"/scenarios/{_seg(scenario_id)}/replay", "dry_replay", body)
+
     async def edits(self, scenario_id: str) -> Reply:
         """``GET /scenarios/:id/edits``, newest first. Raises: ServiceError: no answer."""
         return await self._get(f"/scenarios/{_seg(scenario_id)}/edits", "edits")

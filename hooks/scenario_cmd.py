@@ -4,7 +4,8 @@
 status: ``0`` checked OK, saved or undone; ``1`` refused, not found, or a service error; ``2`` usage
 (nothing was sent). ``--json`` prints the service's body unchanged on stdout (our own ``{"error", "message"}``
 only when no readable body came back); everything else speaks to a person, and the words for a refusal
-go to stderr. ``bir scenario replay`` is ``bir replay`` and is dispatched by the CLI.
+go to stderr. ``bir scenario replay --dry`` is the service's dry replay (``POST /scenarios/:id/replay``);
+without ``--dry`` it is ``bir replay`` and is dispatched by the CLI.
 
 A logic file is checked here before anything is sent: it must compile, and where the step carries the
 recording's values (``sample``) it must return a plain object on them. A body that does not compile is
@@ -29,10 +30,13 @@ from bir.core.log import log_to_file, logs_dir, set_stream
 from bir.core.paths import resolve_project
 from bir.core.scenario_api import EDIT_PREFIX, RUN_PREFIX, SCENARIO_PREFIX, Reply, ScenarioApi
 from bir.core.service import ServiceClient, ServiceError
-from bir.hooks.replay_report import EXIT_OK, EXIT_STOPPED, EXIT_USAGE
+from bir.core.truncate import one_line
+from bir.hooks.replay_report import EXIT_MISSING_TARGET, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
 from bir.hooks.scenario_render import (
     Style,
+    dry_replay_sentence,
     problem_lines,
+    render_dry_replay,
     render_edits,
     render_investigation,
     render_runs,
@@ -48,7 +52,8 @@ EXAMPLES: Final = {
     "list": "example:\n  bir scenario list",
     "show": "examples:\n  bir scenario show run_8f2c\n  bir scenario show scn_41d0 --step 2 --json",
     "calc": "examples:\n  bir scenario calc run_8f2c\n  bir scenario calc scn_41d0 --force --discard-edits",
-    "replay": 'example:\n  bir scenario replay scn_41d0 --prompt "find the riskiest device in eu-west-1" --dry',
+    "replay": 'examples:\n  bir scenario replay scn_41d0 --prompt "find the riskiest device in eu-west-1" --dry\n'
+    '  bir scenario replay scn_41d0 --prompt "the same for us-east-2" --param region=us-east-2',
     "check": "example:\n  bir scenario check scn_41d0 --step 1 --input-logic step1.js",
     "edit": "example:\n  bir scenario edit scn_41d0 --step 1 --output-logic - --revision 7 < out.js",
     "edits": "example:\n  bir scenario edits scn_41d0",
@@ -116,13 +121,24 @@ def add_parsers(sub: Any) -> None:
     calc.add_argument("--force", action="store_true", help="re-derive in place")
     calc.add_argument("--discard-edits", action="store_true", help="with --force: re-derive a plan with hand edits")
     _json_flag(calc)
-    rp = _sub(cmds, "replay", "run a scenario's plan (the same as bir replay --scenario)")
-    rp.add_argument("scenario", help="a scn_ id, or a scenario file")
+    rp = _sub(
+        cmds,
+        "replay",
+        "run a scenario's plan (bir replay --scenario); with --dry, the service's dry replay on the recorded outputs",
+    )
+    rp.add_argument("scenario", help="a scn_ id (or, without --dry, a scenario file)")
     rp.add_argument("--prompt", required=True, help="the request the scenario is replayed for")
     rp.add_argument("--param", action="append", metavar="NAME=VALUE", help="a parameter value (wins over derivation)")
     rp.add_argument("--wrap", action="append", metavar="NAME=COMMAND", help="with no control server: wrap this server")
-    rp.add_argument("--dry", action="store_true", help="derive and plan only: run no step")
-    rp.add_argument("--json", action="store_true", help="print one JSON document and nothing else on stdout")
+    rp.add_argument(
+        "--dry",
+        action="store_true",
+        help="the service's dry replay (POST /scenarios/:id/replay): the stored logic over the source run's"
+        " recorded outputs; no tool runs, nothing is written",
+    )
+    rp.add_argument(
+        "--json", action="store_true", help="one JSON document on stdout (--dry: the service's answer unchanged)"
+    )
     rp.add_argument("--verbose", action="store_true", help="log lines on stderr instead of <BIR_HOME>/logs/replay.log")
     rp.add_argument("--project", default=".", help="the project directory (default: the working directory)")
     check = _sub(cmds, "check", "try a change to a step against the recording; writes nothing")
@@ -152,7 +168,7 @@ def add_parsers(sub: Any) -> None:
     editing.add_argument("switch", choices=("on", "off", "status"))
     editing.add_argument("--project", default=".", help="the project directory (default: the working directory)")
     _json_flag(editing)
-    inv = _sub(sub, "investigate", "a scenario's state, its marked steps and its forced saves")
+    inv = _sub(sub, "investigate", "a scenario's state, its marked steps, and every save or undo that was forced")
     inv.add_argument("target", help="a run_ or scn_ id")
     _json_flag(inv)
 
@@ -186,7 +202,7 @@ class _Io:
 
 
 def run_command(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run one ``bir scenario`` command (not ``replay``) or ``bir investigate``; answer its exit status."""
+    """Run one ``bir scenario`` command (``replay`` only with ``--dry``) or ``bir investigate``; answer its exit."""
     out = out or sys.stdout
     err = err or sys.stderr
     name = "bir investigate" if args.command == "investigate" else f"bir scenario {args.scenario_command}"
@@ -194,7 +210,10 @@ def run_command(args: argparse.Namespace, *, out: TextIO | None = None, err: Tex
     try:
         if args.command == "scenario" and args.scenario_command == "editing":
             return _editing(args, io)
-        log_to_file(logs_dir(config.home()) / "scenario.log")
+        if getattr(args, "verbose", False):
+            set_stream(err)
+        else:
+            log_to_file(logs_dir(config.home()) / "scenario.log")
     except UsageError as exc:
         io.warn(str(exc))
         return EXIT_USAGE
@@ -215,6 +234,8 @@ def run_command(args: argparse.Namespace, *, out: TextIO | None = None, err: Tex
 async def _run(args: argparse.Namespace, io: _Io) -> int:
     command = "investigate" if args.command == "investigate" else args.scenario_command
     plan = _plan_logic(args) if command in ("check", "edit") else None
+    if command == "replay":
+        _dry_replay_params(args)
     if plan is not None:
         await plan.compile_check(io)
     read_timeout_s = config.require_int("BIR_READ_TIMEOUT_MS") / 1000
@@ -284,6 +305,11 @@ def _refusal_words(reply: Reply, target: str, step: int | None) -> str:
         return "that edit is already undone; `bir scenario edits` shows what can be taken back"
     if code == "note_required":
         return 'a forced change needs a reason: add --note "<why>"'
+    if code == "scenario_not_ready" and isinstance(data, dict):
+        return (
+            f"{target} is not ready ({one_line(str(data.get('state')), 40)}): "
+            f"try again when `bir scenario show {target}` says ready"
+        )
     if reply.status >= 500:
         return f"the service failed (HTTP {reply.status}); try again later"
     return f"the service refused (HTTP {reply.status}{', ' + code if code else ''}); --json shows its whole answer"
@@ -405,6 +431,59 @@ async def _calc(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _Logi
     else:
         io.say(f"Calculating {scenario_id}: see it with `bir scenario show {scenario_id}` when it is ready.")
     return EXIT_OK
+
+
+def _dry_replay_params(args: argparse.Namespace) -> dict[str, object]:
+    """The values ``--param`` gives a dry replay, after the checks that need no service.
+
+    Raises:
+        UsageError: the command line cannot be sent.
+    """
+    if not args.dry:
+        raise UsageError("without --dry, bir scenario replay is bir replay")
+    if not args.scenario.startswith(SCENARIO_PREFIX):
+        raise UsageError(
+            f"--dry replays on the service and takes a scn_ id, got {args.scenario[:80]!r}; "
+            'for a scenario file, run `bir replay --scenario FILE --prompt "…" --dry`'
+        )
+    if not args.prompt.strip():
+        raise UsageError('--prompt needs the request to replay, e.g. --prompt "find the riskiest device"')
+    if args.wrap:
+        raise UsageError("--wrap has no use with --dry: the service's dry replay runs no tool")
+    # Imported here: the parser is built for every `bir` command, and replay_cmd brings the control server.
+    from bir.hooks.replay_cmd import ReplayUsageError, parse_param
+
+    try:
+        return dict(parse_param(text) for text in args.param or [])
+    except ReplayUsageError as exc:
+        raise UsageError(str(exc)) from None
+
+
+async def _dry_replay(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _LogicPlan | None) -> int:
+    reply = await api.dry_replay(args.scenario, args.prompt, _dry_replay_params(args))
+    if not reply.ok:
+        raise _refused(reply, io, args.scenario)
+    data = _object(reply, io, "replay")
+    if io.as_json:
+        io.body(reply)
+    else:
+        io.say(render_dry_replay(data, io.style))
+    missing = [str(m)[:80] for m in data.get("missing") or []][:20]
+    if missing:
+        if io.as_json:
+            io.warn(dry_replay_sentence(data))
+        return EXIT_MISSING_TARGET
+    if data.get("ok") is True and not data.get("error"):
+        return EXIT_OK
+    error = data.get("error")
+    index = error.get("stepIndex") if isinstance(error, dict) else None
+    look = (
+        f"bir scenario show {args.scenario} --step {index}"
+        if isinstance(index, int)
+        else f"bir scenario show {args.scenario}"
+    )
+    io.warn(f"the plan fails on the recording: read it with `{look}`, and try a fix with `bir scenario check`")
+    return EXIT_STOPPED
 
 
 async def _edits(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _LogicPlan | None) -> int:
@@ -704,4 +783,5 @@ _HANDLERS: Final = {
     "edits": _edits,
     "undo": _undo,
     "investigate": _investigate,
+    "replay": _dry_replay,
 }

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from bir.core.redact import redact, redact_text
 from bir.core.truncate import cut, one_line
 from bir.hooks.term import Colour, paint
 
@@ -18,6 +19,8 @@ CELL_CHARS: Final = 60
 LOGIC_CHARS: Final = 2_000
 MESSAGE_CHARS: Final = 300
 MAX_ROWS: Final = 500
+INPUT_CHARS: Final = 300
+OUTPUT_CHARS: Final = 600
 
 
 class Style:
@@ -184,8 +187,22 @@ def render_edits(data: Mapping[str, Any]) -> str:
     return head + "\n" + table(["edit", "step", "kind", "revision", "state", "changed", "note"], rows)
 
 
+def _forced_line(entry: Mapping[str, Any], style: Style) -> str:
+    head = style("  FORCED", "yellow") + f" {_cell(entry.get('id'), 30)} on step {_cell(entry.get('stepIndex'))}: "
+    if entry.get("kind") == "undo":
+        what = f"undid {_cell(entry.get('undoes'), 30)} although it breaks later steps"
+    else:
+        what = "saved although the check had problems"
+    since = "; since undone" if entry.get("undone") else ""
+    return f"{head}{what} (note: {_cell(entry.get('note'), 120)}){since}"
+
+
 def render_investigation(scenario: Mapping[str, Any], edits: Mapping[str, Any] | None, style: Style) -> str:
-    """``bir investigate``: the scenario's state, its marked steps, and every forced save still standing."""
+    """``bir investigate``: the scenario's state, its marked steps, and every forced save or undo.
+
+    A forced entry stays listed after it is taken back (spec §16.5: investigate "keeps saying so"),
+    marked as undone, because what was forced past the check is what an owner investigates.
+    """
     lines = [
         _title(scenario, style),
         f"intent: {_cell(scenario.get('intent'), 300)}",
@@ -195,12 +212,60 @@ def render_investigation(scenario: Mapping[str, Any], edits: Mapping[str, Any] |
     lines += [f"  step {_cell(s.get('stepIndex'))} {_cell(s.get('toolName'), 80)}{_mark(s)}" for s in steps]
     history = [e for e in (edits or {}).get("edits") or [] if isinstance(e, Mapping)]
     standing = [e for e in history if not e.get("undone") and e.get("kind") == "edit"]
-    forced = [e for e in history if e.get("forced") and not e.get("undone")]
     lines.append(f"hand edits standing: {len(standing)} (of {len(history)} entries)")
-    for e in forced:
-        lines.append(
-            style("  FORCED", "yellow")
-            + f" {_cell(e.get('id'), 30)} on step {_cell(e.get('stepIndex'))}: saved although the check had problems"
-            + f" (note: {_cell(e.get('note'), 120)})"
-        )
+    lines += [_forced_line(e, style) for e in history[:MAX_ROWS] if e.get("forced")]
+    return "\n".join(lines)
+
+
+def _value(value: object, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(redact(value), ensure_ascii=False, default=str)
+    return one_line(redact_text(text), limit)
+
+
+def dry_replay_sentence(data: Mapping[str, Any]) -> str:
+    """What the service's dry replay found, in a person's words."""
+    steps = [s for s in data.get("steps") or [] if isinstance(s, Mapping)]
+    missing = [str(m) for m in data.get("missing") or []][:20]
+    if missing:
+        flags = " ".join(f"--param {_cell(name, 40)}=VALUE" for name in missing)
+        return f"Stopped before any step: no value for the target {', '.join(missing)}. Pass {flags}."
+    error = data.get("error")
+    if data.get("ok") is True and not error:
+        skipped = sum(1 for s in steps if s.get("status") == "no_recorded_output")
+        extra = f"; {skipped} had no recorded output and were skipped" if skipped else ""
+        return f"Dry replay done: {len(steps) - skipped} of {len(steps)} steps ran on the recorded outputs{extra}."
+    if isinstance(error, Mapping):
+        stage = _cell(error.get("stage"), 20)
+        message = _value(error.get("message"), MESSAGE_CHARS)
+        if error.get("stepIndex") is not None:
+            return f"Stopped at step {_cell(error.get('stepIndex'), 10)} ({stage} logic): {message}."
+        return f"Stopped ({stage} logic): {message}."
+    return "Stopped: the service did not say why; --json shows its whole answer."
+
+
+def render_dry_replay(data: Mapping[str, Any], style: Style) -> str:
+    """``bir scenario replay --dry``: the service's dry replay, step by step, then what it found."""
+    lines = [style(f"Dry replay of {_cell(data.get('scenarioId'), 60)} on the service", "bold")]
+    lines.append("(the stored logic over the source run's recorded outputs: no tool ran, nothing was written)")
+    params = data.get("params")
+    if isinstance(params, Mapping):
+        shown = ", ".join(f"{_cell(k, 40)}={_value(v, 120)}" for k, v in list(params.items())[:50])
+        derived = " (some derived from the prompt)" if data.get("derived") else ""
+        lines.append(f"Parameters: {shown or '(none)'}{derived}")
+    for step in [s for s in data.get("steps") or [] if isinstance(s, Mapping)][:MAX_ROWS]:
+        status = _cell(step.get("status"), 30)
+        head = f"step {_cell(step.get('stepIndex'), 10)}  {_cell(step.get('toolName'), 80)}  {status}"
+        lines += ["", style(head, "red" if status == "failed" else "bold")]
+        if "input" in step:
+            lines.append(f"  input:  {_value(step.get('input'), INPUT_CHARS)}")
+        if step.get("output") is not None:
+            lines.append(f"  output: {_value(step.get('output'), OUTPUT_CHARS)}")
+    lines += ["", dry_replay_sentence(data)]
+    model = data.get("responseModel")
+    if isinstance(model, Mapping):
+        lines.append("Response model:")
+        lines += [f"  {_cell(k, 40)}: {_value(v, INPUT_CHARS)}" for k, v in list(model.items())[:50]] or ["  (empty)"]
+    cost = data.get("costUsd")
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+        lines.append(f"Cost on the service: ${cost:.4f}")
     return "\n".join(lines)

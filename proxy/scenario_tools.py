@@ -75,7 +75,8 @@ DEFINITIONS: Final = {
         _schema({"target": _TARGET}, ("target",)),
     ),
     "investigate": (
-        "A scenario's state, its marked steps and every forced save still standing. Reads only.",
+        "A scenario's state, its marked steps and every save or undo forced past the check (even one taken back). "
+        "Reads only.",
         _schema({"id": _TARGET}, ("id",)),
     ),
     "scenario_check": (

@@ -19,15 +19,23 @@ forced; ``--freeze`` marks a step ``by_hand``, which only ``unfreeze``, undoing 
 recalculation that discards edits removes (a forced save lifts only a ``calculation`` mark);
 ``calculate --force`` on a plan with hand edits answers ``409 scenario_has_edits`` unless it
 discards them. ``sandbox_down`` answers ``503 logic_sandbox_unavailable``.
+
+The dry replay (``POST /scenarios/:id/replay``, spec §16.5) does what BaseIn's ``dryReplay`` does: it
+runs the stored logic (``paramsLogic``, each step's input and output logic, ``responseParamsLogic``)
+in V8 against the source run's *recorded* outputs, drawn per tool name in order; no tool runs and
+nothing is written. Its "one Haiku call" is ``dry_derived`` (scenario id → the values it derives);
+values in the request win. A target parameter left without a value stops it before any step.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from py_mini_racer import JSEvalException, MiniRacer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -54,6 +62,7 @@ ROUTES = (
     "save",
     "edits",
     "revert",
+    "dry_replay",
 )
 # The fields of a step a hand edit may change, as the wire names them.
 EDITABLE = {"inputLogic": "toolInputLogic", "outputLogic": "toolOutputLogic"}
@@ -128,6 +137,8 @@ class FakeBaseIn:
     # Edit ids whose undo would break later steps or the final answer.
     undo_breaks: set[str] = field(default_factory=set)
     sandbox_down: bool = False
+    # scenario id → the parameter values the dry replay's model call derives from the prompt.
+    dry_derived: dict[str, dict[str, Any]] = field(default_factory=dict)
     calculations: list[dict[str, Any]] = field(default_factory=list)
     requests: list[SeenRequest] = field(default_factory=list)
     url: str = ""
@@ -606,6 +617,62 @@ class FakeBaseIn:
             entry["undoes"] = edit_id
         return JSONResponse({"undone": edit_id, "edit": entry, "chainRevision": self.revisions[scenario_id]})
 
+    async def _dry_replay(self, request: Request) -> Response:
+        body, early = await self._owned("dry_replay", request)
+        if early is not None:
+            return early
+        scenario_id = request.path_params["scenario_id"]
+        if scenario_id not in self.scenarios:
+            return JSONResponse({"error": "not_found"}, status_code=404)
+        if not isinstance(body, dict) or not isinstance(body.get("prompt"), str) or not body["prompt"].strip():
+            return JSONResponse({"error": "prompt_required"}, status_code=400)
+        given = body.get("params", {})
+        if not isinstance(given, dict):
+            return JSONResponse({"error": "params must be an object"}, status_code=400)
+        scenario = self._serialized(scenario_id)
+        if scenario.get("state") != "ready":
+            return JSONResponse({"error": "scenario_not_ready", "state": scenario.get("state")}, status_code=409)
+        if self.sandbox_down:
+            return JSONResponse({"error": "logic_sandbox_unavailable"}, status_code=503)
+        derived = dict(self.dry_derived.get(scenario_id, {}))
+        params = {**derived, **given}
+        answer: dict[str, Any] = {
+            "scenarioId": scenario_id,
+            "prompt": body["prompt"],
+            "dry": True,
+            "derived": bool(derived),
+            "costUsd": 0.0004 if scenario_id in self.dry_derived else 0.0,
+        }
+        specs = scenario.get("paramsObject") or {}
+        missing = [n for n, s in specs.items() if isinstance(s, dict) and s.get("role") == "target" and n not in params]
+        if missing:
+            error = {"stage": "params", "message": f"no value for target parameter {', '.join(missing)}"}
+            return JSONResponse(
+                {
+                    **answer,
+                    "ok": False,
+                    "params": params,
+                    "missing": missing,
+                    "steps": [],
+                    "responseModel": None,
+                    "error": error,
+                }
+            )
+        return JSONResponse(
+            {**answer, "missing": [], **_dry_run(scenario, params, self._recorded_outputs(scenario_id))}
+        )
+
+    def _recorded_outputs(self, scenario_id: str) -> dict[str, list[str]]:
+        """The source run's outputs by tool name, in order (BaseIn's ``recordedOutputsByTool``)."""
+        run_id = next((r for r, s in self.run_scenarios.items() if s == scenario_id), None)
+        queues: dict[str, list[str]] = {}
+        for step in (self.runs.get(run_id or "") or {}).get("steps", []):
+            output = step.get("toolOutput")
+            queues.setdefault(str(step.get("toolName")), []).append(
+                output if isinstance(output, str) else json.dumps(output)
+            )
+        return queues
+
     @property
     def app(self) -> Starlette:
         return Starlette(
@@ -625,5 +692,85 @@ class FakeBaseIn:
                 Route("/scenarios/{scenario_id}/steps/{step}", self._save, methods=["PATCH"]),
                 Route("/scenarios/{scenario_id}/edits", self._edits, methods=["GET"]),
                 Route("/scenarios/{scenario_id}/edits/{edit_id}/revert", self._revert, methods=["POST"]),
+                Route("/scenarios/{scenario_id}/replay", self._dry_replay, methods=["POST"]),
             ]
         )
+
+
+_LOGIC_ARGS = {
+    "paramsLogic": "params",
+    "toolInputLogic": "params, respParams",
+    "toolOutputLogic": "toolOutput, params, respParams",
+    "responseParamsLogic": "params, respParams",
+}
+
+
+class _DryStop(Exception):
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.message = message
+
+
+def _js(engine: MiniRacer, kind: str, body: Any, *values: Any) -> Any:
+    """One logic body on ``values``, as the service's sandbox runs it; a body that is empty answers ``{}``."""
+    if not isinstance(body, str) or not body.strip():
+        return values[0] if kind == "paramsLogic" else {}
+    args = ", ".join(json.dumps(v) for v in values)
+    try:
+        text = engine.eval(f"JSON.stringify((function ({_LOGIC_ARGS[kind]}) {{\n{body}\n}})({args}))")
+    except JSEvalException as exc:
+        raise _DryStop(kind, str(exc).splitlines()[0][:300] if str(exc) else "threw") from None
+    result = json.loads(text) if isinstance(text, str) else None
+    if not isinstance(result, dict):
+        raise _DryStop(kind, "did not return a plain object")
+    return result
+
+
+def _dry_run(scenario: dict[str, Any], given: dict[str, Any], recorded: dict[str, list[str]]) -> dict[str, Any]:
+    """BaseIn's dry replay: the stored logic over the recorded outputs, stopping at the first failure."""
+    engine = MiniRacer()
+    try:
+        return _dry_steps(engine, scenario, given, recorded)
+    finally:
+        engine.close()
+
+
+def _dry_steps(
+    engine: MiniRacer, scenario: dict[str, Any], given: dict[str, Any], recorded: dict[str, list[str]]
+) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = []
+    params: dict[str, Any] = given
+    stage_of = {"paramsLogic": "params", "toolInputLogic": "input", "toolOutputLogic": "output"}
+    step_index: int | None = None
+    try:
+        params = _js(engine, "paramsLogic", scenario.get("paramsLogic"), given)
+        resp: dict[str, Any] = {}
+        for step in scenario.get("steps") or []:
+            step_index = step.get("stepIndex")
+            entry: dict[str, Any] = {"stepIndex": step_index, "toolName": step.get("toolName")}
+            steps.append(entry)
+            entry["input"] = _js(engine, "toolInputLogic", step.get("toolInputLogic"), params, resp)
+            queue = recorded.get(str(step.get("toolName")), [])
+            if not queue:
+                entry.update(output=None, status="no_recorded_output")
+                continue
+            entry["output"] = queue.pop(0)
+            resp = {
+                **resp,
+                **_js(engine, "toolOutputLogic", step.get("toolOutputLogic"), entry["output"], params, resp),
+            }
+            entry["status"] = "ok"
+        step_index = None
+        model = _js(engine, "responseParamsLogic", scenario.get("responseParamsLogic"), params, resp)
+    except _DryStop as stop:
+        if steps and step_index is not None:
+            steps[-1]["status"] = "failed"
+        error: dict[str, Any] = {
+            "stage": stage_of.get(stop.stage, "response"),
+            "message": stop.message,
+        }
+        if step_index is not None:
+            error["stepIndex"] = step_index
+        return {"ok": False, "params": params, "steps": steps, "responseModel": None, "error": error}
+    return {"ok": True, "params": params, "steps": steps, "responseModel": model, "error": None}

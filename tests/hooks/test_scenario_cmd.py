@@ -409,17 +409,110 @@ def test_edits_lists_the_history_newest_first(fake: FakeBaseIn, capsys: pytest.C
 # -- replay ---------------------------------------------------------------------------------------------
 
 
-def test_scenario_replay_is_bir_replay_of_the_services_scenario(
+RECORDED_DEVICE = json.dumps({"content": [{"type": "text", "text": json.dumps({"id": "d1", "name": "pump"})}]})
+PROMPT = "the riskiest device in eu-west-1"
+
+
+def record_source_run(fake: FakeBaseIn) -> None:
+    fake.add_run(
+        RUN,
+        [
+            {"stepIndex": 0, "toolName": "mcp__fleet__list_devices", "toolOutput": RECORDED_LIST},
+            {"stepIndex": 1, "toolName": "mcp__fleet__get_device", "toolOutput": RECORDED_DEVICE},
+        ],
+    )
+
+
+def test_scenario_replay_dry_is_the_services_dry_replay_told_step_by_step(
     fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    options = ("--prompt", "the riskiest device in eu-west-1", "--param", "region=eu-west-1", "--param", "limit=5")
-    code, out, _ = bir(capsys, "scenario", "replay", SCN, *options, "--dry", "--json", "--verbose")
+    record_source_run(fake)
+    code, out, err = bir(capsys, "scenario", "replay", SCN, "--prompt", PROMPT, "--param", "region=EU-West-1", "--dry")
+    assert (code, err) == (0, "")
+    assert [(r.route, r.method, r.path) for r in fake.requests] == [("dry_replay", "POST", f"/scenarios/{SCN}/replay")]
+    assert fake.requests[0].body == {"prompt": PROMPT, "params": {"region": "EU-West-1"}}
+    lines = out.splitlines()
+    assert lines[0] == f"Dry replay of {SCN} on the service"
+    assert "no tool ran, nothing was written" in lines[1]
+    assert lines[2] == "Parameters: region=eu-west-1, limit=200"
+    assert "step 1  mcp__fleet__get_device  ok" in lines
+    assert '  input:  {"id": "d1"}' in lines
+    assert "Dry replay done: 2 of 2 steps ran on the recorded outputs." in lines
+    assert "  checkedDevices: 1" in lines
+
+
+def test_scenario_replay_dry_json_prints_the_services_body_unchanged(
+    fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_source_run(fake)
+    fake.dry_derived[SCN] = {"region": "eu-west-1"}
+    code, out, _ = bir(capsys, "scenario", "replay", SCN, "--prompt", PROMPT, "--dry", "--json")
     assert code == 0
-    report = json.loads(out)
-    code, alias_out, _ = bir(capsys, "replay", "--scenario", SCN, *options, "--dry", "--json", "--verbose")
-    assert code == 0
-    assert json.loads(alias_out) == report
-    assert (report["scenario"], report["outcome"]) == (SCN, "dry")
+    body = json.loads(out)
+    shape = {"scenarioId", "prompt", "dry", "derived", "costUsd", "missing", "ok", "params", "steps", "responseModel"}
+    assert set(body) == {*shape, "error"}
+    assert (body["derived"], body["ok"], body["responseModel"]["device"]) == (True, True, {"id": "d1", "name": "pump"})
+    assert "params" not in fake.requests[0].body
+
+
+def test_scenario_replay_dry_without_a_target_value_exits_3_and_names_the_param(
+    fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = bir(capsys, "scenario", "replay", SCN, "--prompt", PROMPT, "--dry")
+    assert code == 3
+    assert "Stopped before any step: no value for the target region. Pass --param region=VALUE." in out
+
+
+def test_scenario_replay_dry_that_fails_on_the_recording_says_where_and_exits_1(
+    fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_source_run(fake)
+    fake.scenarios[SCN]["steps"][1]["toolInputLogic"] = "return respParams.nothing.id;"
+    code, out, err = bir(capsys, "scenario", "replay", SCN, "--prompt", PROMPT, "--param", "region=x", "--dry")
+    assert code == 1
+    assert "step 1  mcp__fleet__get_device  failed" in out
+    assert "Stopped at step 1 (input logic): " in out
+    assert f"`bir scenario show {SCN} --step 1`" in err
+
+
+def test_scenario_replay_dry_refusals_are_told_in_words(fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]) -> None:
+    fake.scenarios[SCN]["state"] = "calculating"
+    code, _, err = bir(capsys, "scenario", "replay", SCN, "--prompt", PROMPT, "--dry")
+    assert code == 1
+    assert f"{SCN} is not ready (calculating)" in err
+    fake.other_tokens.add("admin-token")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BIR_TOKEN", "admin-token")
+        code, _, err = bir(capsys, "scenario", "replay", SCN, "--prompt", PROMPT, "--dry")
+    assert code == 1
+    assert "was not found, or is not yours" in err
+
+
+@pytest.mark.parametrize(
+    ("target", "extra", "words"),
+    [
+        ("fleet.json", (), "takes a scn_ id"),
+        (SCN, ("--wrap", "fleet=python -m x"), "--wrap has no use with --dry"),
+        (SCN, ("--param", "=3"), "--param takes NAME=VALUE"),
+    ],
+)
+def test_scenario_replay_dry_usage_errors_send_nothing(
+    fake: FakeBaseIn, capsys: pytest.CaptureFixture[str], target: str, extra: tuple[str, ...], words: str
+) -> None:
+    code, _, err = bir(capsys, "scenario", "replay", target, "--prompt", PROMPT, "--dry", *extra)
+    assert code == 2
+    assert words in err
+    assert "nothing was sent" in err
+    assert fake.requests == []
+
+
+def test_scenario_replay_without_dry_is_bir_replay(fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = bir(capsys, "scenario", "replay", SCN, "--prompt", PROMPT, "--json", "--verbose")
+    alias_code, alias_out, _ = bir(capsys, "replay", "--scenario", SCN, "--prompt", PROMPT, "--json", "--verbose")
+    assert (code, alias_code) == (3, 3)
+    assert json.loads(out) == json.loads(alias_out)
+    assert json.loads(out)["outcome"] == "missing_target"
+    assert "dry_replay" not in [r.route for r in fake.requests]
 
 
 # -- the editing switch ------------------------------------------------------------------------------------
@@ -452,3 +545,18 @@ def test_every_command_has_help_with_an_example(command: str, capsys: pytest.Cap
         main(["scenario", command, "--help"])
     assert exited.value.code == 0
     assert f"bir scenario {command}" in capsys.readouterr().out.split("example")[1]
+
+
+def test_investigate_keeps_saying_a_save_was_forced_after_it_is_taken_back(
+    fake: FakeBaseIn, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fake.check_problems[(SCN, 0)] = [{"code": "not_reproduced", "message": "another count"}]
+    path = logic_file(tmp_path, GOOD_OUTPUT_LOGIC)
+    args = ("scenario", "edit", SCN, "--step", "0", "--output-logic", path, "--force", "--note", "on purpose")
+    assert bir(capsys, *args)[0] == 0
+    fake.undo_breaks.add("sedit_0")
+    assert bir(capsys, "scenario", "undo", SCN, "--force", "--note", "back to the recording")[0] == 0
+    code, out, _ = bir(capsys, "investigate", SCN)
+    assert code == 0
+    assert "FORCED sedit_0 on step 0: saved although the check had problems (note: on purpose); since undone" in out
+    assert "FORCED sedit_1 on step 0: undid sedit_0 although it breaks later steps (note: back to the recording)" in out
