@@ -21,8 +21,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-import msgspec
-
 from bir.core import config
 from bir.core.bundle import MAX_REPLAY_REASON
 from bir.core.coverage import ReplayMode
@@ -41,6 +39,7 @@ from bir.core.types import Matched, Scenario, parse_qualified_name
 from bir.hooks import api
 from bir.hooks.arming import Armable, DecisionCode, Decline, ladder
 from bir.hooks.match_gate import MatchGate, ServiceHealth
+from bir.hooks.proxy_reports import ProxyReports
 from bir.hooks.routes import ReceivedStep
 from bir.hooks.session_executor import SessionExecutor
 from bir.hooks.session_state import PendingCall, Run, Session, SessionTable, SteerState
@@ -62,7 +61,6 @@ PREVIEW_BUDGET_S: Final = 1.2
 DIRECT_CEILING_S: Final = 270.0
 MAX_OUTPUT_CHARS: Final = 100_000
 MAX_ANSWER_CHARS: Final = 20_000
-MAX_REPORTS_KEPT: Final = 512
 
 NOT_RUN_NOTE: Final = (
     f"{TAG} The prepared scenario for this request is not being run. Do the task yourself with your tools; "
@@ -165,17 +163,14 @@ class Controller:
         self.health = ServiceHealth()
         self.gate = MatchGate()
         self._clock = clock
-        self._by_tool_use: dict[str, tuple[str, asyncio.Event]] = {}
-        self._proxy_reports: dict[str, api.StepReport] = {}
-        # A call id a hook injected (§7.1) → the host's tool-use id, for a report that carries only the id.
-        self._call_ids: dict[str, str] = {}
+        self.reports_of_proxies = ProxyReports(queue.bind)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.steer = SteerDriver(
             queue=queue,
             wrapped=wrapped,
             service=service,
             allow_servers=lambda: self.switches().allow,
-            proxy_report=self._proxy_report,
+            proxy_report=self.reports_of_proxies.wait,
             clock=clock,
         )
 
@@ -421,7 +416,7 @@ class Controller:
         run = session.run
         tool, tool_use_id = hook.tool_name, hook.tool_use_id
         if tool_use_id is not None:
-            self._note_tool_use(tool_use_id, session.session_id)
+            self.reports_of_proxies.note_call(tool_use_id, session.session_id)
         if run is None or run.phase == "sealed":
             return api.EMPTY_HOOK_ANSWER
         if tool_use_id is not None and tool is not None and len(run.pending) < 256:
@@ -499,7 +494,7 @@ class Controller:
         report: api.StepReport | None = None
         parsed = parse_qualified_name(tool)
         if parsed is not None and parsed[0] in self.wrapped:
-            report = await self._proxy_report(tool_use_id, PROXY_REPORT_GRACE_S)
+            report = await self.reports_of_proxies.wait(tool_use_id, PROXY_REPORT_GRACE_S)
             if report is None:
                 log_event("replay.thread_fallback", tool=tool, why="no proxy report — recording the hook's view")
         if report is not None:
@@ -532,9 +527,7 @@ class Controller:
         call_id = updated.get(api.CALL_ID_KEY)
         if not isinstance(call_id, str):
             return api.EMPTY_HOOK_ANSWER
-        self._call_ids[call_id] = tool_use_id
-        while len(self._call_ids) > MAX_REPORTS_KEPT:
-            del self._call_ids[next(iter(self._call_ids))]
+        self.reports_of_proxies.note_call_id(call_id, tool_use_id)
         return api.HookAnswer(
             hook_specific_output=api.HookSpecificOutput(
                 hook_event_name="PreToolUse",
@@ -545,42 +538,9 @@ class Controller:
 
     # -- proxies ----------------------------------------------------------------------------------
 
-    def _note_tool_use(self, tool_use_id: str, session_id: str) -> None:
-        if tool_use_id not in self._by_tool_use:
-            self._by_tool_use[tool_use_id] = (session_id, asyncio.Event())
-            while len(self._by_tool_use) > MAX_REPORTS_KEPT:
-                del self._by_tool_use[next(iter(self._by_tool_use))]
-
     async def on_step(self, received: ReceivedStep) -> None:
-        """A proxy's report: it binds the proxy to the session whose call it was (FACTS.md §4)."""
-        report = received.report
-        if report.tool_use_id is None and report.call_id is not None and report.call_id in self._call_ids:
-            report = msgspec.structs.replace(report, tool_use_id=self._call_ids[report.call_id])
-        if report.tool_use_id is None:
-            return
-        self._proxy_reports[report.tool_use_id] = report
-        while len(self._proxy_reports) > MAX_REPORTS_KEPT:
-            del self._proxy_reports[next(iter(self._proxy_reports))]
-        known = self._by_tool_use.get(report.tool_use_id)
-        if known is None:
-            self._note_tool_use(report.tool_use_id, "")
-            known = self._by_tool_use[report.tool_use_id]
-        session_id, arrived = known
-        if session_id and report.proxy_id:
-            self.queue.bind(report.proxy_id, session_id)
-        arrived.set()
-
-    async def _proxy_report(self, tool_use_id: str, within_s: float) -> api.StepReport | None:
-        found = self._proxy_reports.get(tool_use_id)
-        if found is not None:
-            return found
-        known = self._by_tool_use.get(tool_use_id)
-        if known is None:
-            self._note_tool_use(tool_use_id, "")
-            known = self._by_tool_use[tool_use_id]
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(known[1].wait(), within_s)
-        return self._proxy_reports.get(tool_use_id)
+        """A proxy's report: kept for its hook, and binding the proxy to its call's session (FACTS.md §4)."""
+        self.reports_of_proxies.add(received.report)
 
     # -- run_scenario (§6.3) ----------------------------------------------------------------------
 
