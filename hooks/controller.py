@@ -27,13 +27,10 @@ from bir.core.coverage import ReplayMode
 from bir.core.derive import Derivation, derive_parameters, resolve_api_key
 from bir.core.housekeeping import is_housekeeping
 from bir.core.log import log_event
-from bir.core.outcome import RunFacts, StepLedger, decide_outcome, steps_pinned
 from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
-from bir.core.pricing import PRICING_VERSION
 from bir.core.redact import redact, redact_text
-from bir.core.report import build_report
 from bir.core.service import ServiceClient, ServiceError
-from bir.core.transcript import ModelUsage, mark_transcript_usage, session_cost_usd, usage_since
+from bir.core.transcript import ModelUsage, mark_transcript_usage, usage_since
 from bir.core.truncate import cut, serialize_capped
 from bir.core.types import Matched, Scenario, parse_qualified_name
 from bir.hooks import api
@@ -41,14 +38,13 @@ from bir.hooks.arming import Armable, DecisionCode, Decline, ladder
 from bir.hooks.match_gate import MatchGate, ServiceHealth
 from bir.hooks.proxy_reports import ProxyReports
 from bir.hooks.routes import ReceivedStep
+from bir.hooks.run_booking import book, draft
 from bir.hooks.session_executor import SessionExecutor
 from bir.hooks.session_state import PendingCall, Run, Session, SessionTable, SteerState
 from bir.hooks.steer import SteerDriver
 from bir.hooks.work_queue import ProxyWorkQueue
 
 RUN_SCENARIO_TOOL: Final = "mcp__bir__run_scenario"
-# Runs that armed no plan report an empty step list.
-_EMPTY_LEDGER: Final = StepLedger()
 # §7.2: how long a wrapped call's PostToolUse waits for its proxy's report before it records the hook's view.
 PROXY_REPORT_GRACE_S: Final = 1.5
 # A sealed run's usage is read when the transcript is complete: at SessionEnd, the next prompt, or this long after Stop.
@@ -60,7 +56,6 @@ PREVIEW_BUDGET_S: Final = 1.2
 # A direct run stays under this, so it answers before bir-scenario gives up (§10).
 DIRECT_CEILING_S: Final = 270.0
 MAX_OUTPUT_CHARS: Final = 100_000
-MAX_ANSWER_CHARS: Final = 20_000
 
 NOT_RUN_NOTE: Final = (
     f"{TAG} The prepared scenario for this request is not being run. Do the task yourself with your tools; "
@@ -658,61 +653,30 @@ class Controller:
             return
         run.finalized = True
         usages = usage_since(run.transcript_path, run.mark) if run.mark is not None else []
-        cost, priced = session_cost_usd(usages)
-        has_mark = run.mark is not None and run.mark.measurable
-        duration_ms = int(((run.sealed_at or self._clock()) - run.started) * 1000)
-        if run.recording:
+        booking = book(run, usages, run.sealed_at or self._clock())
+        finish, report = booking.finish, booking.report
+        if finish is not None:
             self.recorder.finish(
                 run.run_id,
-                cut(redact_text(run.last_answer or ""), MAX_ANSWER_CHARS),
-                duration_ms=duration_ms,
-                usage=usages,
-                cost_usd=cost,
-                measured=has_mark and priced,
-                pricing_version=PRICING_VERSION,
+                finish.output,
+                duration_ms=finish.duration_ms,
+                usage=finish.usage,
+                cost_usd=finish.cost_usd,
+                measured=finish.measured,
+                pricing_version=finish.pricing_version,
             )
-        ticket, scenario_id = run.ticket, run.scenario_id
-        if ticket is None or scenario_id is None:
+        if report is None:
             return
-        plan = run.plan
-        ledger = plan.ledger if plan is not None else None
-        ok = steps_pinned(ledger) if ledger is not None else 0
-        decision = decide_outcome(
-            RunFacts(
-                armed=plan is not None,
-                end=run.end,
-                steps_planned=run.steps_planned,
-                steps_ok=ok,
-                steps_recorded=ledger.count("recorded") if ledger is not None else 0,
-                tool_ran_at_stop=plan is not None and plan.tool_ran_at_stop,
-                stopped_at_broken_step=plan is not None and plan.stopped_at_broken_step,
-                has_mark=has_mark,
-                priced=priced,
-            )
-        )
-        body = build_report(
-            ticket=ticket,
-            outcome=decision.outcome,
-            derive_cost_usd=run.derive_cost_usd,
-            session_cost_usd=cost,
-            duration_ms=duration_ms,
-            steps_planned=run.steps_planned,
-            steps_pinned=ok,
-            measured=decision.measured,
-            ledger=ledger if ledger is not None else _EMPTY_LEDGER,
-            prompt=run.prompt,
-            redact=redact_text,
-        )
         log_event(
             "replay.reported",
             run_id=run.run_id,
-            scenario_id=scenario_id,
-            outcome=decision.outcome,
-            measured=decision.measured,
-            session_cost_usd=cost,
-            sent=body is not None,
+            scenario_id=report.scenario_id,
+            outcome=report.decision.outcome,
+            measured=report.decision.measured,
+            session_cost_usd=report.session_cost_usd,
+            sent=report.body is not None,
         )
-        self.reports.finalize_report(ticket, body, scenario_id=scenario_id)
+        self.reports.finalize_report(report.ticket, report.body, scenario_id=report.scenario_id)
 
     # -- decisions ----------------------------------------------------------------------------------
 
@@ -745,23 +709,8 @@ class Controller:
 
     def _draft(self, run: Run, matched: Matched, *, armed: bool) -> None:
         ticket, scenario_id = matched.execution_ticket, run.scenario_id
-        if ticket is None or scenario_id is None:
-            return
-        body = build_report(
-            ticket=ticket,
-            outcome="not_steered",
-            derive_cost_usd=0.0,
-            session_cost_usd=0.0,
-            duration_ms=0,
-            steps_planned=run.steps_planned if armed else 0,
-            steps_pinned=0,
-            measured=False,
-            ledger=_EMPTY_LEDGER,
-            prompt=run.prompt,
-            redact=redact_text,
-        )
-        # A costless decline is not worth sending (202 rule); the draft still claims the ticket's slot.
-        self.reports.draft_report(ticket, scenario_id, body or {"ticket": ticket, "outcome": "not_steered"})
+        if ticket is not None and scenario_id is not None:
+            self.reports.draft_report(ticket, scenario_id, draft(run, ticket, armed=armed))
 
     # -- tasks --------------------------------------------------------------------------------------
 
