@@ -8,7 +8,8 @@ import json
 import anyio
 import pytest
 
-from tests.hooks.control_rig import PROMPT, Rig, direct_hit, hook_input
+from tests.fakes.baseinsvc import Canned
+from tests.hooks.control_rig import PROMPT, Rig, direct_hit, hook_input, scenario
 
 pytestmark = pytest.mark.anyio
 
@@ -179,3 +180,39 @@ async def test_stop_racing_session_end_books_the_ticket_once(rig: Rig) -> None:
         while ticket not in rig.fake.booked_tickets():  # noqa: ASYNC110 - the outbox sends in the background
             await anyio.sleep(0.02)
     assert [r.body["ticket"] for r in rig.fake.requests_to("executions")] == [ticket]
+
+
+async def test_esc_cancels_a_direct_run_and_the_note_reaches_the_model_on_its_next_tool_call(rig: Rig) -> None:
+    data = scenario()
+    data["id"] = "scn_slow"
+    slow = {"stepIndex": 0, "toolName": "mcp__fleet__slow_echo", "reasoning": "wait"}
+    slow["toolInputLogic"] = "return { text: 'x', delay_ms: 20000 };"
+    slow["toolOutputLogic"] = "return {};"
+    data["steps"] = [slow] + [dict(s, stepIndex=i + 1) for i, s in enumerate(data["steps"])]
+    rig.fake.add_match(PROMPT, data, similarity=0.95)
+    rig.fake.derive_answers[data["id"]] = Canned(200, {"params": {"region": "eu-west-1"}, "missing": []})
+    await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT))
+    run_call = hook_input("PreToolUse", tool_name="mcp__bir__run_scenario", tool_input={}, tool_use_id="toolu_run")
+    await rig.hook("/tool/pre", run_call)
+
+    async def run_then_escape() -> None:
+        # bir-scenario drops its request when the host cancels the call (Esc): here, the client goes away.
+        with anyio.move_on_after(1.0):
+            await rig.http.post("/scenario/run", json={"toolUseId": "toolu_run"}, timeout=30)
+
+    await run_then_escape()
+    with anyio.fail_after(10):
+        while not rig.events("replay.run_cancelled"):  # noqa: ASYNC110 - the run ends in the background
+            await anyio.sleep(0.02)
+    bash = {"command": "ls"}
+    await rig.hook("/tool/pre", hook_input("PreToolUse", tool_name="Bash", tool_input=bash, tool_use_id="t2"))
+    answer = await rig.hook(
+        "/tool/post", hook_input("PostToolUse", tool_name="Bash", tool_input=bash, tool_use_id="t2", tool_response={})
+    )
+    note = answer["hookSpecificOutput"]["additionalContext"]
+    assert "stopped before finishing" in note
+    assert "may or may not have completed" in note
+    await rig.hook("/session/end", hook_input("SessionEnd", reason="other"))
+    [reported] = rig.events("replay.reported")
+    assert reported["outcome"] == "failed"
+    assert reported["measured"] is False
