@@ -45,6 +45,7 @@ from bir.benchmarks.armed_pin import (
     pinned_input,
     time_pins,
 )
+from bir.benchmarks.session_bench import SessionBenchError, find_claude_binary, measure_sessions
 from bir.benchmarks.stats import percentile
 from bir.core import log
 from bir.hooks import api
@@ -62,10 +63,13 @@ PIN_BODIES: Final[tuple[PinBody, ...]] = ("trivial", "reads_24kb")
 class Counts:
     warmup: int
     calls: int
+    # The whole session: tool calls per session, sessions per variant.
+    session_calls: int = 6
+    session_rounds: int = 1
 
 
-QUICK: Final = Counts(warmup=3, calls=30)
-FULL: Final = Counts(warmup=5, calls=200)
+QUICK: Final = Counts(warmup=3, calls=30, session_calls=6, session_rounds=1)
+FULL: Final = Counts(warmup=5, calls=200, session_calls=10, session_rounds=4)
 
 
 class PinBenchError(Exception):
@@ -183,12 +187,14 @@ def pin_check(body: PinBody) -> Callable[[dict[str, Any]], str | None]:
     return check
 
 
-def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
-    """Start a control server with a live controller for a temporary project; time the three hooks, the
-    no-work route and the two armed pins; the report.
+def measure(counts: Counts, *, mode: str, claude: Path | None = None) -> dict[str, Any]:
+    """Start a control server with a live controller for a temporary project; time the hooks, the
+    no-work route and the two armed pins, and with a Claude Code binary (``claude``) the whole session;
+    the report.
 
     Raises:
-        PinBenchError: a command failed, the server did not start or answered badly, or a pin did not pin.
+        PinBenchError: a command failed, the server did not start or answered badly, a pin did not pin,
+            or a session could not be measured.
     """
     started = time.monotonic()
     load_before = os.getloadavg()
@@ -232,6 +238,10 @@ def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
         bench.stop()
         log.set_stream(None)
         shutil.rmtree(home, ignore_errors=True)
+    try:
+        session = measure_sessions(claude, calls=counts.session_calls, rounds=counts.session_rounds)
+    except SessionBenchError as exc:
+        raise PinBenchError(str(exc)) from None
     figures = {name: _latency(samples) for name, samples in series.items()}
     ratio = _ratio(figures["bir_hook"]["p50_ms"], figures["python_bare"]["p50_ms"])
     no_work = figures["route_no_work"]
@@ -249,13 +259,20 @@ def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
             # An editable install's finder is imported by site at every start: a cost a wheel install has not.
             "editable_install": _editable_install(),
         },
-        "settings": {"calls": counts.calls, "warmup": counts.warmup, "hook": hook_command()},
+        "settings": {
+            "calls": counts.calls,
+            "warmup": counts.warmup,
+            "hook": hook_command(),
+            "session_calls": counts.session_calls,
+            "session_rounds": counts.session_rounds,
+        },
         "hook_process": {k: figures[k] for k in ("true", "python_bare", "python_site", "bir_hook")},
         "server_side": {
             "route_no_work": no_work,
             "armed_pin": {kind: figures[f"pin_{kind}"] for kind in PIN_BODIES},
             "replay_share_p50_ms": shares,
         },
+        "session": session,
         "ratios": {
             "bir_hook_vs_python_bare_p50": ratio,
             "bir_hook_vs_python_bare_p90": _ratio(figures["bir_hook"]["p90_ms"], figures["python_bare"]["p90_ms"]),
@@ -283,8 +300,23 @@ def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
                 "unit": "ms",
                 "met": worst_share <= GOAL_REPLAY_SHARE_MS,
             },
+            _session_goal(session),
         ],
         "duration_s": round(time.monotonic() - started, 1),
+    }
+
+
+def _session_goal(session: dict[str, Any]) -> dict[str, Any]:
+    goal = "in a real Claude Code session, bir's hooks add no more per tool call than two bare Python hooks"
+    if not session["measured"]:
+        return {"goal": goal, "value": None, "target": None, "unit": "ms", "met": None, "why": session["why"]}
+    added = session["added_per_call_p50_ms"]
+    return {
+        "goal": goal,
+        "value": added["bir_hooks"],
+        "target": added["python_hooks"],
+        "unit": "ms",
+        "met": added["bir_hooks"] <= added["python_hooks"],
     }
 
 
@@ -344,14 +376,35 @@ def render_table(report: dict[str, Any]) -> str:
         "replay share over the no-work route, p50: "
         + ", ".join(f"{kind} {share:+.3f} ms" for kind, share in shares.items())
     )
+    lines += _session_lines(report["session"])
     lines.append("goals:")
     for goal in report["goals"]:
         verdict = {True: "met", False: "MISSED", None: "not measured"}[goal["met"]]
-        value, unit = goal["value"], goal.get("unit", "x")
+        value, unit, target = goal["value"], goal.get("unit", "x"), goal["target"]
         shown = "" if value is None else f": {value:g}{' ms' if unit == 'ms' else 'x'}"
+        if value is not None and unit == "ms" and target is not None:
+            shown += f" (target {target:g} ms)"
         lines.append(f"  [{verdict}] {goal['goal']}{shown}")
     lines.append(f"took {report['duration_s']:.1f} s")
     return "\n".join(lines) + "\n"
+
+
+def _session_lines(session: dict[str, Any]) -> list[str]:
+    if not session["measured"]:
+        return [f"whole session: {session['why']}"]
+    names = {"no_hooks": "no hooks", "python_hooks": "two bare python3 -S hooks", "bir_hooks": "bir's hooks"}
+    lines = [
+        "",
+        f"whole session ({session['rounds']} x {session['calls_per_session']} Bash calls per variant), "
+        f"one tool call, model request to model request{'':<4}{'p50 ms':>9}{'p90 ms':>9}",
+    ]
+    for variant, row in session["tool_call"].items():
+        lines.append(f"  {names[variant]:<46}{row['p50_ms']:>9.1f}{row['p90_ms']:>9.1f}")
+    added = session["added_per_call_p50_ms"]
+    lines.append(
+        f"  added per call, p50: bare python hooks {added['python_hooks']:+.1f} ms, bir {added['bir_hooks']:+.1f} ms"
+    )
+    return lines
 
 
 def _times(ratio: float | None) -> str:
@@ -362,7 +415,7 @@ def run_pin_bench(*, quick: bool, as_json: bool, counts: Counts | None = None) -
     """Run the bench and print a table, or one JSON document; 0 when it measured, 1 when it could not."""
     chosen = counts if counts is not None else (QUICK if quick else FULL)
     try:
-        report = measure(chosen, mode="quick" if quick else "full")
+        report = measure(chosen, mode="quick" if quick else "full", claude=find_claude_binary())
     except (PinBenchError, PinMeasureError, OSError, subprocess.TimeoutExpired, httpx.HTTPError) as exc:
         sys.stderr.write(f"bir bench pin: {str(exc)[:MAX_ERROR_CHARS]}\n")
         return 1

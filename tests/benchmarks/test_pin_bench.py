@@ -21,6 +21,7 @@ from bir.benchmarks.pin_bench import (
     run_hook_once,
     time_route,
 )
+from bir.benchmarks.session_bench import NOT_AT_HAND
 from bir.cli import main
 from bir.hooks.api import CALL_ID_KEY
 from bir.hooks.server import ControlServer
@@ -48,13 +49,17 @@ def test_a_tiny_run_measures_every_series_and_derives_its_ratios_from_them() -> 
     for kind, row in server["armed_pin"].items():
         assert shares[kind] == round(row["p50_ms"] - no_work, 3)
         assert ratios[f"pin_{kind}_vs_route_no_work_p50"] == round(row["p50_ms"] / no_work, 2)
-    hook_goal, server_goal = report["goals"]
+    hook_goal, server_goal, session_goal = report["goals"]
     assert hook_goal["value"] == ratios["bir_hook_vs_python_bare_p50"]
     assert hook_goal["met"] is (hook_goal["value"] <= 1.3)
     assert server_goal["value"] == max(shares.values())
     assert server_goal["met"] is (server_goal["value"] <= 1.0)
     assert report["settings"]["hook"] == hook_command()
     assert isinstance(report["machine"]["editable_install"], bool)
+    # No Claude Code binary given: the whole session is said not to be measured, not invented.
+    assert report["session"] == {"measured": False, "why": NOT_AT_HAND}
+    assert session_goal["met"] is None
+    assert session_goal["value"] is None
 
 
 def test_an_armed_plan_is_pinned_through_the_route_with_the_steps_arguments_and_a_call_id(tmp_path: Path) -> None:
@@ -117,6 +122,7 @@ def test_the_table_names_each_hook_the_route_and_the_goals() -> None:
     assert "armed pin, trivial body" in text
     assert "armed pin, 24 KB read" in text
     assert "replay share over the no-work route" in text
+    assert "whole session: not measured: no Claude Code binary at hand" in text
 
 
 def test_a_hook_that_fails_is_a_clear_error(tmp_path: Path) -> None:
