@@ -396,13 +396,14 @@ def _session_lines(session: dict[str, Any]) -> list[str]:
     lines = [
         "",
         f"whole session ({session['rounds']} x {session['calls_per_session']} Bash calls per variant), "
-        f"one tool call, model request to model request{'':<4}{'p50 ms':>9}{'p90 ms':>9}",
+        "one tool call, model request to model request:",
+        f"{'':<48}{'p50 ms':>9}{'p90 ms':>9}",
     ]
     for variant, row in session["tool_call"].items():
-        lines.append(f"  {names[variant]:<46}{row['p50_ms']:>9.1f}{row['p90_ms']:>9.1f}")
+        lines.append(f"{names[variant]:<48}{row['p50_ms']:>9.1f}{row['p90_ms']:>9.1f}")
     added = session["added_per_call_p50_ms"]
     lines.append(
-        f"  added per call, p50: bare python hooks {added['python_hooks']:+.1f} ms, bir {added['bir_hooks']:+.1f} ms"
+        f"added per call, p50: bare python hooks {added['python_hooks']:+.1f} ms, bir {added['bir_hooks']:+.1f} ms"
     )
     return lines
 

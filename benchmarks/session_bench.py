@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import psutil
+
 from bir.benchmarks.claude_host import claude_env, command_hook
 from bir.benchmarks.fake_model import ApiRequest, FakeMessagesApi, Step, Turn, call
 from bir.benchmarks.stats import percentile
@@ -39,6 +41,9 @@ SESSION_TIMEOUT_S: Final = 120.0
 SERVER_START_S: Final = 30.0
 SERVER_STOP_S: Final = 20.0
 POLL_S: Final = 0.05
+# The server counts as settled once it and its workers used less than this CPU time over one window.
+IDLE_CPU_S: Final = 0.01
+IDLE_WINDOW_S: Final = 0.25
 MAX_ERROR_CHARS: Final = 600
 NOT_AT_HAND: Final = "not measured: no Claude Code binary at hand (the test peers install one into .peers/)"
 
@@ -99,6 +104,7 @@ def _control_server(project: Path, env: dict[str, str], home: Path) -> Iterator[
             if process.poll() is not None or time.monotonic() > deadline:
                 raise SessionBenchError(f"the control server did not start (exit {process.poll()})")
             time.sleep(POLL_S)
+        _wait_idle(process.pid, deadline)
         yield
     finally:
         process.terminate()
@@ -107,6 +113,22 @@ def _control_server(project: Path, env: dict[str, str], home: Path) -> Iterator[
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _wait_idle(pid: int, deadline: float) -> None:
+    """Wait until the server and its workers stop using the CPU (its evaluator pool starting), so the
+    session meets a server that has been running a while, as a user's does; bounded by ``deadline``."""
+    try:
+        server = psutil.Process(pid)
+        last = -1.0
+        while time.monotonic() < deadline:
+            spent = sum(sum(p.cpu_times()[:2]) for p in [server, *server.children(recursive=True)])
+            if last >= 0 and spent - last < IDLE_CPU_S:
+                return
+            last = spent
+            time.sleep(IDLE_WINDOW_S)
+    except psutil.Error:
+        return
 
 
 def run_session(binary: Path, variant: str, calls: int, case: Path) -> list[float]:
