@@ -282,16 +282,28 @@ class BenchServer:
             controller.sessions.touch(session_id).run = run
 
         self.call(arm)
-        return {
-            "session_id": session_id,
-            "transcript_path": str(cwd / "transcript.jsonl"),
-            "cwd": str(cwd),
-            "permission_mode": "default",
-            "hook_event_name": "PreToolUse",
-            "tool_name": tool,
-            "tool_input": arguments,
-            "tool_use_id": f"toolu_{uuid.uuid4().hex[:20]}",
-        }
+        return pre_tool_body(session_id, cwd, tool, arguments, tool_use_id=f"toolu_{uuid.uuid4().hex[:20]}")
+
+
+def pre_tool_body(
+    session_id: str,
+    cwd: Path,
+    tool: str = "Bash",
+    tool_input: Mapping[str, Any] | None = None,
+    *,
+    tool_use_id: str = "toolu_bench",
+) -> dict[str, Any]:
+    """A PreToolUse hook input as Claude Code sends it (see the samples); a ``Bash ls`` call by default."""
+    return {
+        "session_id": session_id,
+        "transcript_path": str(cwd / "transcript.jsonl"),
+        "cwd": str(cwd),
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": tool,
+        "tool_input": dict(tool_input) if tool_input is not None else {"command": "ls", "description": "list files"},
+        "tool_use_id": tool_use_id,
+    }
 
 
 def pinned_input(answer: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -43,6 +43,7 @@ from bir.benchmarks.armed_pin import (
     PinMeasureError,
     expected_pin,
     pinned_input,
+    pre_tool_body,
     time_pins,
 )
 from bir.benchmarks.session_bench import SessionBenchError, find_claude_binary, measure_sessions
@@ -74,20 +75,6 @@ FULL: Final = Counts(warmup=5, calls=200, session_calls=10, session_rounds=4)
 
 class PinBenchError(Exception):
     """The bench could not measure (a command failed, the server did not start)."""
-
-
-def pre_tool_body(session_id: str, cwd: Path) -> dict[str, Any]:
-    """A PreToolUse hook input as Claude Code sends it for a Bash call (see the samples)."""
-    return {
-        "session_id": session_id,
-        "transcript_path": str(cwd / "transcript.jsonl"),
-        "cwd": str(cwd),
-        "permission_mode": "default",
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": "ls", "description": "list files"},
-        "tool_use_id": "toolu_bench",
-    }
 
 
 def run_hook_once(argv: Sequence[str], stdin: bytes, env: dict[str, str]) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bir.benchmarks.pin_bench import pre_tool_body
+from bir.benchmarks.armed_pin import pre_tool_body
 from bir.core.paths import project_key
 from bir.hooks.discovery import write_discovery
 from bir.hooks.server import ControlServer

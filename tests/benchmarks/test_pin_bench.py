@@ -10,14 +10,20 @@ from typing import Any
 
 import pytest
 
-from bir.benchmarks.armed_pin import BenchServer, PinMeasureError, earlier_output, expected_pin, time_pins
+from bir.benchmarks.armed_pin import (
+    BenchServer,
+    PinMeasureError,
+    earlier_output,
+    expected_pin,
+    pre_tool_body,
+    time_pins,
+)
 from bir.benchmarks.pin_bench import (
     Counts,
     PinBenchError,
     hook_command,
     measure,
     pin_check,
-    pre_tool_body,
     run_hook_once,
     time_route,
 )
