@@ -1,18 +1,17 @@
 """``bir bench pin``: what a pinned tool call costs between the model's call and the tool running.
 
-Measured today, side by side in one run:
+Measured side by side in one run, against one control server with a live controller and evaluator pool
+(``bir.benchmarks.armed_pin``):
 
 - **the whole hook as Claude Code runs it**: ``bir-hook PreToolUse`` from process start to its printed
-  answer (the process has exited), against a real control server answering, beside a bare
-  ``python3 -S`` command hook printing ``{}`` and ``true``; p50/p90/p99 and the ratios. Goal:
-  ``bir-hook``'s p50 within 1.3x of the bare Python hook's.
-- **the server side with no replay work**: the same PreToolUse body POSTed to the control server's
-  route over a kept-alive connection (``time_route``), so the hook's own share is visible.
-
-Waiting for pinning (the lead's work): the server side of an *armed* steer plan's expected step (its
-``toolInputLogic`` in the pool, the pin guard, the merge) for a trivial body and for one reading a
-24 KB earlier output. ``time_route`` is the seam: arm a plan on the server, then time its PreToolUse
-body with it, beside the no-work figure measured here.
+  answer (the process has exited), beside a bare ``python3 -S`` command hook printing ``{}``, the same
+  with ``site`` imported, and ``true``; p50/p90/p99 and the ratios. Goal: ``bir-hook``'s p50 within
+  1.3x of the bare Python hook's.
+- **the server side**: the same PreToolUse POSTed over a kept-alive connection for a session with no
+  plan (the no-work route), and for an armed steer plan's expected step (its ``toolInputLogic`` in the
+  pool, the pin guard, the §7.1 merge), for a trivial body and for one reading a 24 KB earlier output.
+  Goal: the replay share (armed p50 minus no-work p50) within 1 ms.
+- **the whole session** (``bir.benchmarks.session_bench``), when a Claude Code binary is at hand.
 
 The control server runs in a thread of this process with its own event loop, announced only in a
 temporary ``BIR_HOME`` for a temporary project, so no session of the user sees it.
@@ -20,8 +19,8 @@ temporary ``BIR_HOME`` for a temporary project, so no session of the user sees i
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -29,53 +28,53 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
 
+from bir.benchmarks.armed_pin import (
+    PRE_TOOL_ROUTE,
+    BenchServer,
+    PinBody,
+    PinMeasureError,
+    expected_pin,
+    pinned_input,
+    pre_tool_body,
+    time_pins,
+)
+from bir.benchmarks.session_bench import SessionBenchError, find_claude_binary, measure_sessions
 from bir.benchmarks.stats import percentile
+from bir.core import log
+from bir.hooks import api
 from bir.hooks.discovery import write_discovery
-from bir.hooks.server import ControlServer
 
 REPORT_VERSION: Final = 1
 GOAL_HOOK_VS_PYTHON: Final = 1.3
-START_TIMEOUT_S: Final = 30.0
 CALL_TIMEOUT_S: Final = 30.0
 MAX_ERROR_CHARS: Final = 500
-PRE_TOOL_ROUTE: Final = "/tool/pre"
+GOAL_REPLAY_SHARE_MS: Final = 1.0
+PIN_BODIES: Final[tuple[PinBody, ...]] = ("trivial", "reads_24kb")
 
 
 @dataclass(frozen=True, slots=True)
 class Counts:
     warmup: int
     calls: int
+    # The whole session: tool calls per session, sessions per variant.
+    session_calls: int = 6
+    session_rounds: int = 1
 
 
-QUICK: Final = Counts(warmup=3, calls=30)
-FULL: Final = Counts(warmup=5, calls=200)
+QUICK: Final = Counts(warmup=3, calls=30, session_calls=6, session_rounds=1)
+FULL: Final = Counts(warmup=5, calls=200, session_calls=10, session_rounds=4)
 
 
 class PinBenchError(Exception):
     """The bench could not measure (a command failed, the server did not start)."""
-
-
-def pre_tool_body(session_id: str, cwd: Path) -> dict[str, Any]:
-    """A PreToolUse hook input as Claude Code sends it for a Bash call (see the samples)."""
-    return {
-        "session_id": session_id,
-        "transcript_path": str(cwd / "transcript.jsonl"),
-        "cwd": str(cwd),
-        "permission_mode": "default",
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": "ls", "description": "list files"},
-        "tool_use_id": "toolu_bench",
-    }
 
 
 def run_hook_once(argv: Sequence[str], stdin: bytes, env: dict[str, str]) -> int:
@@ -157,66 +156,45 @@ def hook_command() -> list[str]:
     return [sys.executable, "-m", "bir.hooks.hook_client", "PreToolUse"]
 
 
-class _ServerThread:
-    """A ``ControlServer`` on its own event loop in a daemon thread (the hooks are timed from this one)."""
+def pin_check(body: PinBody) -> Callable[[dict[str, Any]], str | None]:
+    """What is wrong with an armed PreToolUse's answer (None: it pinned the step's arguments with a call id)."""
+    expected = expected_pin(body)
 
-    def __init__(self) -> None:
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
-        self.server = ControlServer(replay_enabled=False)
-        self._thread = threading.Thread(target=self._run, name="bir-bench-control", daemon=True)
+    def check(answer: dict[str, Any]) -> str | None:
+        pinned = pinned_input(answer)
+        if pinned is None:
+            return f"the answer was {json.dumps(answer)[:300]}"
+        call_id = pinned.pop(api.CALL_ID_KEY, None)
+        if not isinstance(call_id, str):
+            return "the pinned arguments carry no call id (§7.1)"
+        if pinned != expected:
+            return f"pinned {json.dumps(pinned)[:300]}, not {json.dumps(expected)[:300]}"
+        return None
 
-    def _run(self) -> None:
-        async def serve() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            try:
-                await self.server.start()
-            except BaseException as exc:
-                self._error = exc
-                self._ready.set()
-                raise
-            self._ready.set()
-            try:
-                await self._stop.wait()
-            finally:
-                await self.server.stop()
-
-        try:
-            asyncio.run(serve())
-        except BaseException as exc:  # noqa: BLE001 - reported by start() to the bench's thread
-            self._error = self._error or exc
-
-    def start(self) -> str:
-        """Raises: PinBenchError: the server did not start."""
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT_S) or self.server.url is None:
-            raise PinBenchError(f"the control server did not start: {self._error}")
-        return self.server.url
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(START_TIMEOUT_S)
+    return check
 
 
-def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
-    """Start a control server for a temporary project, time the three hooks and the route; the report.
+def measure(counts: Counts, *, mode: str, claude: Path | None = None) -> dict[str, Any]:
+    """Start a control server with a live controller for a temporary project; time the hooks, the
+    no-work route and the two armed pins, and with a Claude Code binary (``claude``) the whole session;
+    the report.
 
     Raises:
-        PinBenchError: a command failed, or the server did not start or answered badly.
+        PinBenchError: a command failed, the server did not start or answered badly, a pin did not pin,
+            or a session could not be measured.
     """
     started = time.monotonic()
     load_before = os.getloadavg()
     home = Path(tempfile.mkdtemp(prefix="bir-bench-pin-"))
-    thread = _ServerThread()
+    bench = BenchServer()
+    # The server's log lines go to the temporary home, as a detached server's go to its log file.
+    log.log_to_file(home / "logs" / "control.log")
     try:
         project = home / "project"
         project.mkdir()
-        url = thread.start()
-        write_discovery(thread.server.discovery(project), home=home)
+        url = bench.start()
+        token = bench.server.token
+        write_discovery(bench.server.discovery(project), home=home)
         body = pre_tool_body("bench-pin", project)
         stdin = json.dumps(body).encode()
         env = {
@@ -228,19 +206,34 @@ def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
         commands: dict[str, Sequence[str]] = {
             "true": [_true()],
             "python_bare": [sys.executable, "-S", "-c", 'print("{}")'],
+            "python_site": [sys.executable, "-c", 'print("{}")'],
             "bir_hook": hook_command(),
         }
         series = time_commands(commands, stdin, env, **n)
-        series["route_no_work"] = time_route(url, thread.server.token, PRE_TOOL_ROUTE, body, **n)
+        series["route_no_work"] = time_route(url, token, PRE_TOOL_ROUTE, body, **n)
+        for kind in PIN_BODIES:
+            series[f"pin_{kind}"] = time_pins(
+                url, token, functools.partial(bench.arm, kind, f"bench-armed-{kind}", project), pin_check(kind), **n
+            )
         hook_log = home / "logs" / "hook.log"
         if hook_log.exists():
             # The hook printed {} because it failed to reach the server: not the figure we came for.
             raise PinBenchError(f"bir-hook could not reach the control server: {hook_log.read_text()[-300:]}")
+    except PinMeasureError as exc:
+        raise PinBenchError(str(exc)) from None
     finally:
-        thread.stop()
+        bench.stop()
+        log.set_stream(None)
         shutil.rmtree(home, ignore_errors=True)
+    try:
+        session = measure_sessions(claude, calls=counts.session_calls, rounds=counts.session_rounds)
+    except SessionBenchError as exc:
+        raise PinBenchError(str(exc)) from None
     figures = {name: _latency(samples) for name, samples in series.items()}
     ratio = _ratio(figures["bir_hook"]["p50_ms"], figures["python_bare"]["p50_ms"])
+    no_work = figures["route_no_work"]
+    shares = {kind: round(figures[f"pin_{kind}"]["p50_ms"] - no_work["p50_ms"], 3) for kind in PIN_BODIES}
+    worst_share = max(shares.values())
     return {
         "version": REPORT_VERSION,
         "mode": mode,
@@ -250,32 +243,78 @@ def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
             "python": platform.python_version(),
             "loadavg_before": [round(x, 2) for x in load_before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            # An editable install's finder is imported by site at every start: a cost a wheel install has not.
+            "editable_install": _editable_install(),
         },
-        "settings": {"calls": counts.calls, "warmup": counts.warmup, "hook": hook_command()},
-        "hook_process": {k: figures[k] for k in ("true", "python_bare", "bir_hook")},
-        "server_side": {"route_no_work": figures["route_no_work"], "armed_pin": None},
+        "settings": {
+            "calls": counts.calls,
+            "warmup": counts.warmup,
+            "hook": hook_command(),
+            "session_calls": counts.session_calls,
+            "session_rounds": counts.session_rounds,
+        },
+        "hook_process": {k: figures[k] for k in ("true", "python_bare", "python_site", "bir_hook")},
+        "server_side": {
+            "route_no_work": no_work,
+            "armed_pin": {kind: figures[f"pin_{kind}"] for kind in PIN_BODIES},
+            "replay_share_p50_ms": shares,
+        },
+        "session": session,
         "ratios": {
             "bir_hook_vs_python_bare_p50": ratio,
             "bir_hook_vs_python_bare_p90": _ratio(figures["bir_hook"]["p90_ms"], figures["python_bare"]["p90_ms"]),
+            "bir_hook_vs_python_site_p50": _ratio(figures["bir_hook"]["p50_ms"], figures["python_site"]["p50_ms"]),
             "python_bare_vs_true_p50": _ratio(figures["python_bare"]["p50_ms"], figures["true"]["p50_ms"]),
-            "route_share_of_bir_hook_p50": _ratio(figures["route_no_work"]["p50_ms"], figures["bir_hook"]["p50_ms"]),
+            "route_share_of_bir_hook_p50": _ratio(no_work["p50_ms"], figures["bir_hook"]["p50_ms"]),
+            **{
+                f"pin_{kind}_vs_route_no_work_p50": _ratio(figures[f"pin_{kind}"]["p50_ms"], no_work["p50_ms"])
+                for kind in PIN_BODIES
+            },
         },
         "goals": [
             {
                 "goal": f"bir-hook p50 within {GOAL_HOOK_VS_PYTHON:g}x of a bare python3 -S hook's",
                 "value": ratio,
                 "target": GOAL_HOOK_VS_PYTHON,
+                "unit": "x",
                 "met": ratio is not None and ratio <= GOAL_HOOK_VS_PYTHON,
             },
             {
-                "goal": "server-side replay share p50 within 1 ms of the no-work route (an armed steer plan)",
-                "value": None,
-                "target": 1.0,
-                "met": None,  # waits for pinning: see time_route
+                "goal": f"server-side replay share p50 within {GOAL_REPLAY_SHARE_MS:g} ms of the no-work route "
+                "(an armed steer plan, the worse of its two bodies)",
+                "value": worst_share,
+                "target": GOAL_REPLAY_SHARE_MS,
+                "unit": "ms",
+                "met": worst_share <= GOAL_REPLAY_SHARE_MS,
             },
+            _session_goal(session),
         ],
         "duration_s": round(time.monotonic() - started, 1),
     }
+
+
+def _session_goal(session: dict[str, Any]) -> dict[str, Any]:
+    goal = "in a real Claude Code session, bir's hooks add no more per tool call than two bare Python hooks"
+    if not session["measured"]:
+        return {"goal": goal, "value": None, "target": None, "unit": "ms", "met": None, "why": session["why"]}
+    added = session["added_per_call_p50_ms"]
+    return {
+        "goal": goal,
+        "value": added["bir_hooks"],
+        "target": added["python_hooks"],
+        "unit": "ms",
+        "met": added["bir_hooks"] <= added["python_hooks"],
+    }
+
+
+def _editable_install() -> bool:
+    import importlib.metadata
+
+    try:
+        files = importlib.metadata.files("bir") or []
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return any(str(f).startswith("__editable__") for f in files)
 
 
 def _latency(samples_ns: Sequence[int]) -> dict[str, Any]:
@@ -294,34 +333,66 @@ def render_table(report: dict[str, Any]) -> str:
     load = " ".join(f"{x:.2f}" for x in machine["loadavg_before"])
     lines = [
         f"bir bench pin ({report['mode']}): {report['settings']['calls']} calls per row, "
-        f"{machine['cpus']} CPUs, load {load}",
+        f"{machine['cpus']} CPUs, load {load}" + (", editable install" if machine["editable_install"] else ""),
         "",
-        f"{'':<40}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}",
+        f"{'':<48}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}",
     ]
     names = {
         "true": "true (a command hook doing nothing)",
         "python_bare": "python3 -S -c 'print(\"{}\")'",
+        "python_site": "python3 -c 'print(\"{}\")' (with site)",
         "bir_hook": "bir-hook PreToolUse (server answering)",
     }
     rows = [(names[k], v) for k, v in report["hook_process"].items()]
-    rows.append(("POST /tool/pre, no replay work", report["server_side"]["route_no_work"]))
+    server = report["server_side"]
+    rows.append(("POST /tool/pre, no replay work", server["route_no_work"]))
+    pins = {"trivial": "POST /tool/pre, armed pin, trivial body", "reads_24kb": "POST /tool/pre, armed pin, 24 KB read"}
+    rows += [(pins[k], v) for k, v in server["armed_pin"].items()]
     for label, row in rows:
-        lines.append(f"{label:<40}{row['p50_ms']:>9.3f}{row['p90_ms']:>9.3f}{row['p99_ms']:>9.3f}")
+        lines.append(f"{label:<48}{row['p50_ms']:>9.3f}{row['p90_ms']:>9.3f}{row['p99_ms']:>9.3f}")
     ratios = report["ratios"]
+    shares = server["replay_share_p50_ms"]
     lines.append("")
     lines.append(
         f"bir-hook / bare python: p50 {_times(ratios['bir_hook_vs_python_bare_p50'])}, "
-        f"p90 {_times(ratios['bir_hook_vs_python_bare_p90'])}; bare python / true: "
-        f"{_times(ratios['python_bare_vs_true_p50'])}; the route's share of bir-hook's p50: "
-        f"{_times(ratios['route_share_of_bir_hook_p50'])}"
+        f"p90 {_times(ratios['bir_hook_vs_python_bare_p90'])}; bir-hook / python with site: "
+        f"{_times(ratios['bir_hook_vs_python_site_p50'])}; bare python / true: "
+        f"{_times(ratios['python_bare_vs_true_p50'])}"
     )
+    lines.append(
+        "replay share over the no-work route, p50: "
+        + ", ".join(f"{kind} {share:+.3f} ms" for kind, share in shares.items())
+    )
+    lines += _session_lines(report["session"])
     lines.append("goals:")
     for goal in report["goals"]:
-        verdict = {True: "met", False: "MISSED", None: "not measured yet"}[goal["met"]]
-        shown = "" if goal["value"] is None else f": {goal['value']:g}x"
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[goal["met"]]
+        value, unit, target = goal["value"], goal.get("unit", "x"), goal["target"]
+        shown = "" if value is None else f": {value:g}{' ms' if unit == 'ms' else 'x'}"
+        if value is not None and unit == "ms" and target is not None:
+            shown += f" (target {target:g} ms)"
         lines.append(f"  [{verdict}] {goal['goal']}{shown}")
     lines.append(f"took {report['duration_s']:.1f} s")
     return "\n".join(lines) + "\n"
+
+
+def _session_lines(session: dict[str, Any]) -> list[str]:
+    if not session["measured"]:
+        return [f"whole session: {session['why']}"]
+    names = {"no_hooks": "no hooks", "python_hooks": "two bare python3 -S hooks", "bir_hooks": "bir's hooks"}
+    lines = [
+        "",
+        f"whole session ({session['rounds']} x {session['calls_per_session']} Bash calls per variant), "
+        "one tool call, model request to model request:",
+        f"{'':<48}{'p50 ms':>9}{'p90 ms':>9}",
+    ]
+    for variant, row in session["tool_call"].items():
+        lines.append(f"{names[variant]:<48}{row['p50_ms']:>9.1f}{row['p90_ms']:>9.1f}")
+    added = session["added_per_call_p50_ms"]
+    lines.append(
+        f"added per call, p50: bare python hooks {added['python_hooks']:+.1f} ms, bir {added['bir_hooks']:+.1f} ms"
+    )
+    return lines
 
 
 def _times(ratio: float | None) -> str:
@@ -332,8 +403,8 @@ def run_pin_bench(*, quick: bool, as_json: bool, counts: Counts | None = None) -
     """Run the bench and print a table, or one JSON document; 0 when it measured, 1 when it could not."""
     chosen = counts if counts is not None else (QUICK if quick else FULL)
     try:
-        report = measure(chosen, mode="quick" if quick else "full")
-    except (PinBenchError, OSError, subprocess.TimeoutExpired, httpx.HTTPError) as exc:
+        report = measure(chosen, mode="quick" if quick else "full", claude=find_claude_binary())
+    except (PinBenchError, PinMeasureError, OSError, subprocess.TimeoutExpired, httpx.HTTPError) as exc:
         sys.stderr.write(f"bir bench pin: {str(exc)[:MAX_ERROR_CHARS]}\n")
         return 1
     sys.stdout.write(json.dumps(report, indent=2) + "\n" if as_json else render_table(report))

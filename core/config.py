@@ -9,14 +9,14 @@ in step.
 
 from __future__ import annotations
 
+import _thread
 import os
-import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
-from bir.core.log import log_event
+# No dataclasses and no logging on import: `bir-hook` imports this module at every tool call, and
+# `dataclasses` (with `inspect`) and the logger cost it milliseconds each (see `bir bench pin`).
 
 Kind = Literal["int", "float", "flag", "str", "path", "choice", "list"]
 
@@ -25,8 +25,7 @@ class ConfigError(ValueError):
     """A ``BIR_*`` variable holds a value bir cannot use. The message names the variable."""
 
 
-@dataclass(frozen=True)
-class Variable:
+class Variable(NamedTuple):
     name: str
     kind: Kind
     default: int | float | bool | str | None
@@ -223,7 +222,7 @@ _VARS: tuple[Variable, ...] = (
 VARIABLES: Mapping[str, Variable] = {v.name: v for v in _VARS}
 SECRETS: frozenset[str] = frozenset(v.name for v in _VARS if v.secret)
 
-_clamped_lock = threading.Lock()
+_clamped_lock = _thread.allocate_lock()
 _clamped_logged: set[tuple[str, str]] = set()
 
 
@@ -248,6 +247,8 @@ def _bound(var: Variable, value: float) -> float:
             first = key not in _clamped_logged
             _clamped_logged.add(key)
         if first:
+            from bir.core.log import log_event
+
             log_event("replay.budget_clamped", variable=var.name, value=value, ceiling=var.ceiling)
         return var.ceiling
     if var.floor is not None and value < var.floor:
@@ -372,8 +373,7 @@ def validate_all(env: Mapping[str, str] | None = None) -> None:
         value_of(var, env)
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     """One row of ``bir config``: the value in effect (``(set)`` for a secret), its default, where it comes from."""
 
     name: str

@@ -13,7 +13,9 @@ matched.
 
 Only the standard library is on this module's import path (``bir.core.config``, ``bir.core.log``,
 ``bir.core.paths`` and ``bir.core.installed`` are standard-library only; a test holds them to it):
-every tool call of a session pays for this process's start.
+every tool call of a session pays for this process's start. On the path of an answered hook it imports
+only ``config``, ``paths`` and ``http.client`` (without ``ssl``); ``installed`` (no server), the logger
+(a failure) and ``subprocess`` (a revive) are imported where they are needed (``bir bench pin`` measures it).
 """
 
 from __future__ import annotations
@@ -26,8 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from bir.core import config, installed
-from bir.core.log import format_event
+from bir.core import config
 from bir.core.paths import control_dir, discovery_file, off_file, pid_alive, resolve_project, revive_stamp
 
 # Per event: the control server's route and this client's own deadline for the whole exchange,
@@ -65,6 +66,8 @@ class HookFailure(Exception):
 def _log(home: Path, **fields: Any) -> None:
     """One ``hook.failed`` line in ``<BIR_HOME>/logs/hook.log``, rotated past ~1 MB. Never raises."""
     try:
+        from bir.core.log import format_event
+
         logs = home / "logs"
         logs.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = logs / "hook.log"
@@ -136,8 +139,18 @@ def post(url: str, route: str, token: str, body: bytes, deadline: float) -> byte
     Raises:
         HookFailure: a bad URL, the connection failed or timed out, the answer was not 200 or too large.
     """
-    # Imported here: a hook with no server to talk to never pays for them.
-    import http.client
+    # Imported here: a hook with no server to talk to never pays for them. The hook speaks plain HTTP
+    # to a loopback server only (any other scheme is refused below), and importing `ssl` would cost
+    # every tool call ~3 ms: a None in sys.modules makes http.client's optional `import ssl` fail as on
+    # a Python built without it, and the entry goes again right after.
+    blocked = "ssl" not in sys.modules and "http.client" not in sys.modules
+    if blocked:
+        sys.modules["ssl"] = None  # type: ignore[assignment]
+    try:
+        import http.client
+    finally:
+        if blocked and sys.modules.get("ssl", False) is None:
+            del sys.modules["ssl"]
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
@@ -269,6 +282,8 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
     project = project_dir(parsed, env)
     server = read_server(home, project)
     if server is None:
+        from bir.core import installed
+
         switches = installed.project(project, home)
         if switches is None or switches.down:
             return _EMPTY

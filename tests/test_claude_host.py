@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.claude_host import command_hook, run_claude, write_local_mcp, write_project
-from tests.fakes.messages_api import ApiRequest, FakeMessagesApi, Turn, call, say
+from bir.benchmarks.claude_host import command_hook
+from bir.benchmarks.fake_model import ApiRequest, FakeMessagesApi, Turn, call, say
+from tests.claude_host import run_claude, write_local_mcp, write_project
 from tests.peers import INSTALLING_TEST_TIMEOUT_S
 
 pytestmark = pytest.mark.timeout(INSTALLING_TEST_TIMEOUT_S)

@@ -25,13 +25,13 @@ from typing import Any
 import httpx
 import pytest
 
+from bir.benchmarks.fake_model import ApiRequest, FakeMessagesApi, Turn, call, say
+from bir.benchmarks.serving import serve_in_thread
 from bir.core.paths import pid_alive
 from bir.examples.fleet_server import list_devices_in
 from bir.hooks.discovery import read_discovery
 from tests.claude_host import ClaudeRun, claude_home, run_claude, write_project
 from tests.fakes.baseinsvc import Canned, FakeBaseIn
-from tests.fakes.messages_api import ApiRequest, FakeMessagesApi, Turn, call, say
-from tests.fakes.serving import serve_in_thread
 from tests.paths import SCENARIOS
 from tests.peers import INSTALLING_TEST_TIMEOUT_S
 

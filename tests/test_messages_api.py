@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.fakes.messages_api import ApiRequest, FakeMessagesApi, ToolCall, Turn, call, calls, say
+from bir.benchmarks.fake_model import ApiRequest, FakeMessagesApi, ToolCall, Turn, call, calls, say
 
 HEADERS = {"x-api-key": "sk-test", "anthropic-version": "2023-06-01"}
 

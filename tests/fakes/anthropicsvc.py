@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bir.benchmarks.serving import Releaser
 from tests.fakes.baseinsvc import Canned
-from tests.fakes.serving import Releaser
 
 
 @dataclass(frozen=True)

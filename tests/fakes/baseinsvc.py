@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.serving import Releaser
+from bir.benchmarks.serving import Releaser
 
 PRICING_VERSION = "2026-08-30"
 OUTCOMES = frozenset({"steered_full", "diverged", "fell_back", "failed", "not_steered"})

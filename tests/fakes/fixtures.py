@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
+from bir.benchmarks.serving import serve_in_thread_async
 from tests.fakes.anthropicsvc import FakeAnthropic
 from tests.fakes.baseinsvc import FakeBaseIn
-from tests.fakes.serving import serve_in_thread_async
 
 
 @contextlib.asynccontextmanager

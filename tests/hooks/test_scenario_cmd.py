@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from bir.benchmarks.serving import serve_in_thread
 from bir.cli import main
 from bir.core import installed
 from tests.fakes.baseinsvc import Canned, FakeBaseIn
-from tests.fakes.serving import serve_in_thread
 from tests.paths import SCENARIOS
 
 RUN = "run_fleet"

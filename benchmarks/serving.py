@@ -1,4 +1,4 @@
-"""Serve an ASGI app on 127.0.0.1 (a random port) from a thread of its own, for the fakes.
+"""Serve an ASGI app on 127.0.0.1 (a random port) from a thread of its own, for the fakes and the benches.
 
 The listening socket is bound before the thread starts, so a client may connect at once: the
 kernel queues the connection until uvicorn accepts it, and no test has to wait for a "started" flag.

@@ -1,4 +1,5 @@
-"""A scripted fake Anthropic Messages API for a real Claude Code binary (``ANTHROPIC_BASE_URL``).
+"""A scripted fake Anthropic Messages API for a real Claude Code binary (``ANTHROPIC_BASE_URL``): the
+model of the end-to-end tests and of ``bir bench pin``'s whole session.
 
 Claude Code only ever sends ``POST /v1/messages?beta=true`` with ``stream: true`` (FACTS.md §2); the
 stream here follows the real API's event order (``message_start``, ``content_block_start/delta/stop``
@@ -27,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.fakes.serving import Releaser, serve_in_thread
+from bir.benchmarks.serving import Releaser, serve_in_thread
 
 FINAL_TEXT = "Done."
 # Fixed cache figures so that every response carries all four usage counters (a cost > 0).
