@@ -53,6 +53,8 @@ FINALIZE_AFTER_STOP_S: Final = 10.0
 ARM_BUDGET_S: Final = 6.0
 # A steer plan with a shell or file-write step may spend this much of the prompt's budget on its preview (§7).
 PREVIEW_BUDGET_S: Final = 1.2
+# How long a direct plan waits for a bir-scenario's first hello before it declines no_delivery_tool.
+HELLO_WAIT_S: Final = 2.5
 # A direct run stays under this, so it answers before bir-scenario gives up (§10).
 DIRECT_CEILING_S: Final = 270.0
 MAX_OUTPUT_CHARS: Final = 100_000
@@ -144,6 +146,7 @@ class Controller:
         reports: ExecutionReports,
         switches: SwitchReader,
         delivery_live: Callable[[], bool],
+        wait_for_delivery: Callable[[float], Awaitable[bool]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue = queue
@@ -154,6 +157,7 @@ class Controller:
         self.reports = reports
         self.switches = switches
         self.delivery_live = delivery_live
+        self.wait_for_delivery = wait_for_delivery or _no_wait
         self.sessions = SessionTable()
         self.health = ServiceHealth()
         self.gate = MatchGate()
@@ -322,15 +326,26 @@ class Controller:
     async def _arm(self, run: Run, matched: Matched) -> str | None:
         switches = self.switches()
         key = resolve_api_key()
-        verdict = ladder(
-            matched,
-            replay_on=switches.replay,
-            min_similarity=config.get_float("BIR_MIN_STEER_SIMILARITY") or 0.0,
-            wrapped=self.wrapped,
-            delivery_live=self.delivery_live(),
-            permission_mode=run.permission_mode,
-            can_derive=bool(key) or self.service.configured,
-        )
+
+        def decide() -> Armable | Decline:
+            return ladder(
+                matched,
+                replay_on=switches.replay,
+                min_similarity=config.get_float("BIR_MIN_STEER_SIMILARITY") or 0.0,
+                wrapped=self.wrapped,
+                delivery_live=self.delivery_live(),
+                permission_mode=run.permission_mode,
+                can_derive=bool(key) or self.service.configured,
+            )
+
+        verdict = decide()
+        # A session's first prompt can come while its bir-scenario is still starting (Claude Code starts
+        # its MCP servers beside the first hooks): its hello is given a moment to land.
+        waiting_for_hello = isinstance(verdict, Decline) and verdict.code == "no_delivery_tool"
+        if waiting_for_hello:
+            log_event("replay.hello_wait", run_id=run.run_id, within_ms=int(HELLO_WAIT_S * 1000))
+            if await self.wait_for_delivery(HELLO_WAIT_S):
+                verdict = decide()
         if isinstance(verdict, Decline):
             self._decline(run, matched, verdict)
             return None
@@ -735,6 +750,10 @@ class Controller:
                 self._finalize(session.run)
         for task in list(self._tasks):
             task.cancel()
+
+
+async def _no_wait(within_s: float) -> bool:
+    return False
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

@@ -91,6 +91,7 @@ class ControlServer:
         self.on_step: StepHook | None = None
         self.hook_handler: HookHandler | None = None
         self.hellos: dict[int, SeenHello] = {}
+        self._hello_heard = asyncio.Event()
         # Set by the live controller: seconds the service is still cooling down, or None when unconfigured.
         self.service_cooling: Callable[[], float | None] | None = None
         self._background: set[asyncio.Task[api.HookAnswer]] = set()
@@ -131,6 +132,21 @@ class ControlServer:
         self.hellos[seen.hello.pid] = seen
         while len(self.hellos) > MAX_HELLOS:
             del self.hellos[next(iter(self.hellos))]
+        # Whoever waits for a delivery tool looks again; the next waiter gets a fresh event.
+        self._hello_heard.set()
+        self._hello_heard = asyncio.Event()
+
+    async def wait_for_delivery_tool(self, within_s: float) -> bool:
+        """Whether a delivery tool is live, waiting up to ``within_s`` for a hello that makes it so."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while not self.delivery_tool_live():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hello_heard.wait(), left)
+        return True
 
     def last_hello(self) -> api.LastHello | None:
         """The newest hello heard, with its age, for ``/health``."""

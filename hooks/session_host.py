@@ -71,6 +71,7 @@ async def live_controller(
             reports=outbox,
             switches=switches or read_switches(server, project),
             delivery_live=server.delivery_tool_live,
+            wait_for_delivery=server.wait_for_delivery_tool,
         )
         controller.switches()
         server.hook_handler = controller

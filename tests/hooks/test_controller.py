@@ -4,6 +4,8 @@ BaseIn over loopback HTTP, a real ``bir-proxy`` wrapping the real demo fleet ser
 from __future__ import annotations
 
 import json
+import os
+from typing import Any
 
 import anyio
 import pytest
@@ -216,3 +218,30 @@ async def test_esc_cancels_a_direct_run_and_the_note_reaches_the_model_on_its_ne
     [reported] = rig.events("replay.reported")
     assert reported["outcome"] == "failed"
     assert reported["measured"] is False
+
+
+async def test_a_first_prompt_waits_a_moment_for_a_bir_scenario_still_starting(rig: Rig) -> None:
+    direct_hit(rig.fake)
+    rig.server.hellos.clear()
+    answers: list[dict[str, Any]] = []
+
+    async def prompt() -> None:
+        answers.append(await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT)))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(prompt)
+        with anyio.fail_after(10):
+            while not rig.events("replay.hello_wait"):  # noqa: ASYNC110 - the prompt waits in the background
+                await anyio.sleep(0.02)
+        hello = {"pid": os.getpid(), "version": "test", "tools": 1, "off": False}
+        assert (await rig.http.post("/scenario/hello", json=hello)).status_code == 200
+    assert "Call mcp__bir__run_scenario once" in answers[0]["hookSpecificOutput"]["additionalContext"]
+    assert rig.events("replay.decision") == []
+
+
+async def test_with_no_bir_scenario_a_direct_plan_declines_no_delivery_tool(rig: Rig) -> None:
+    direct_hit(rig.fake)
+    rig.server.hellos.clear()
+    assert await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT)) == {}
+    [declined] = rig.events("replay.decision")
+    assert declined["code"] == "no_delivery_tool"
