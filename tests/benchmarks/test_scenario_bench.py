@@ -46,7 +46,7 @@ ROW_KEYS = {
     "error",
 }
 # A body that cannot take less than 20 ms: what it reports is measured, whatever the machine.
-SLOW = "const end = Date.now() + 20; while (Date.now() < end) {} return {slow: true};"
+SLOW = "const end = Date.now() + 25; while (Date.now() < end) {} return {slow: true};"
 
 
 @pytest.fixture
@@ -130,7 +130,8 @@ def test_a_slow_body_is_measured_as_slow_and_flagged_near_a_limit_set_in_the_env
     report = _run_json(capsys, "--scenario", str(scenario), "--outputs", str(outputs_file), "--calls", "3")
     slow = report["bodies"][0]
     assert slow["body"] == "paramsLogic"
-    # Measured under the ceiling, not the 30 ms limit: it ran, every time, and took at least its 20 ms.
+    # Measured under the ceiling, not the 30 ms limit: it ran, every time, and took about its 25 ms
+    # (Date.now() is coarse, so the floor asserted is a little under it).
     assert slow["calls"] == 3
     assert slow["error"] is None
     assert slow["p50_ms"] >= 20
