@@ -226,8 +226,10 @@ class WorkerProcess:
     def _feed(self, data: bytes) -> None:
         self._decoder.feed(data)
         try:
-            while (payload := self._decoder.next_frame()) is not None:
-                self._dispatch(self._codec.decode_from_worker(payload))
+            while (payload := self._decoder.next_view()) is not None:
+                with payload:
+                    message = self._codec.decode_from_worker(payload)
+                self._dispatch(message)
         except (FrameTooLarge, ProtocolError) as exc:
             log_event("evaluator.protocol_error", pid=self.pid, error=str(exc))
             self.kill("protocol")

@@ -33,7 +33,7 @@ from bir.evaluator.wire import (
     Shutdown,
 )
 
-READ_CHUNK: Final = 1 << 20
+READ_CHUNK: Final = 1 << 16
 # Time a body's queued work may take past the job's own limit before the worker gives up on it.
 SETTLE_SLACK_S: Final = 0.1
 HEAP_CHECK_EVERY: Final = 4
@@ -80,14 +80,20 @@ class _Channel:
 
     def receive(self) -> Job | Shutdown | None:
         """The next message, or None at EOF."""
+        decoder = self._decoder
         while True:
-            payload = self._decoder.next_frame()
+            payload = decoder.next_view()
             if payload is not None:
-                return self._codec.decode_to_worker(payload)
-            data = os.read(self._read_fd, READ_CHUNK)
-            if not data:
+                with payload:
+                    return self._codec.decode_to_worker(payload)
+            # Straight into the decoder's reused buffer: a fresh read buffer per job would cost an
+            # allocation (an mmap and munmap, with its TLB shootdown, for a large one) every time.
+            room = decoder.reserve(max(decoder.wanted(), READ_CHUNK))
+            with room:
+                n = os.readv(self._read_fd, [room])
+            if not n:
                 return None
-            self._decoder.feed(data)
+            decoder.commit(n)
 
 
 def _make_engine(name: str, memory_mb: int, surface: str = "auto") -> Engine:
