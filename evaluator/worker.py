@@ -72,6 +72,14 @@ class _Channel:
         self._codec = Codec()
         self._decoder = FrameDecoder()
 
+    @property
+    def read_fd(self) -> int:
+        return self._read_fd
+
+    def has_bytes(self) -> bool:
+        """Whether bytes of a next message are already read (waiting on the descriptor would miss them)."""
+        return self._decoder.buffered > 0
+
     def send(self, message: FromWorker) -> None:
         view = memoryview(self._codec.encode(message))
         while view:
@@ -201,7 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         answer_early(
             lambda job_id, o: channel.send(
                 Result(id=job_id, ok=o.ok, value=o.value, reason=o.reason, message=o.message)
-            )
+            ),
+            inbox_fd=channel.read_fd,
+            inbox_ready=channel.has_bytes,
         )
     _harden()
     channel.send(
