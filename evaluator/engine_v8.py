@@ -3,8 +3,9 @@
 mini-racer's public ``MiniRacer.eval`` hops through an asyncio thread and installs ``setTimeout`` on
 the global object; a worker needs neither. So this drives mini-racer's ``Context`` directly (the
 version is pinned in pyproject.toml): the worker thread posts an eval to the isolate's thread and
-waits on mini-racer's own result queue, with the time limit enforced by cancelling the task (V8
-``TerminateExecution``). Work a body queued for later (promise callbacks) runs on the isolate's
+waits on mini-racer's own result queue (a plain answer is sent from the isolate's thread, and the
+worker thread dozes on its inbox meanwhile: ``answer_early``), with the time limit enforced by
+cancelling the task (V8 ``TerminateExecution``). Work a body queued for later (promise callbacks) runs on the isolate's
 thread right after the eval returns; ``settle`` runs behind it, so a runaway callback shows up as a
 settle that does not finish, and the worker exits.
 
