@@ -8,7 +8,8 @@ For each body of ``bir.benchmarks.corpus`` and for their mix it measures:
 - the **pool with one worker**: sequential latency (p50/p90/p99), and throughput with the worker
   saturated by several concurrent callers;
 - the **pool with all workers** (``BIR_LOGIC_WORKERS``): throughput with enough concurrent callers
-  to keep every worker busy;
+  to keep every worker busy, taken in rounds alternating with the one-worker pool's throughput so
+  that a shared machine's drifting load weighs on both alike;
 
 and the ratios between them, against the goals of issue 10: on the mix, p50 within 1.5× of the floor's,
 p99 within 1.5× of the floor's p99, and two workers at least 1.9× one worker's throughput (0.95× per
@@ -48,6 +49,8 @@ MAX_ERROR_CHARS: Final = 1000
 GOAL_P50_RATIO: Final = 1.5
 GOAL_P99_RATIO: Final = 1.5
 GOAL_SCALING_PER_WORKER: Final = 0.95  # two workers at least 1.9× one
+# One worker's throughput and all workers' are taken in this many alternating rounds.
+THROUGHPUT_ROUNDS: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,34 +205,40 @@ async def _measure_pools(
     every: dict[str, dict[str, Any]] = {}
     stats: dict[str, Any] = {}
 
-    async with EvaluatorPool(workers=1, max_jobs=BENCH_MAX_JOBS, engine="v8") as pool:
+    # Both pools at once (idle workers cost nothing), so that the two throughputs can be taken in
+    # alternating rounds: on a shared machine the load drifts, and a drift between two separate
+    # runs would show up as scaling (or its absence).
+    async with (
+        EvaluatorPool(workers=1, max_jobs=BENCH_MAX_JOBS, engine="v8") as pool,
+        EvaluatorPool(workers=workers, max_jobs=BENCH_MAX_JOBS, engine="v8") as pool_all,
+    ):
         for case in cases:
             kind, body, arguments = calls[case.name][0]
             result = await pool.evaluate(kind, body, *arguments)
             if result != json.loads(floor_results[case.name]):
                 raise BenchError(f"{case.name} answered differently in the pool and in the floor")
+        callers_all = counts.callers_per_worker * workers
         for name, batch in calls.items():
             await _sequential(pool, batch, counts.warmup)
             samples = await _sequential(pool, batch, counts.sequential)
-            callers = counts.callers_per_worker
-            one[name] = {
-                **_latency(samples),
-                "callers": callers,
-                "calls_per_s": await _saturate(pool, batch, counts.throughput, callers),
-            }
-        stats["one_worker"] = pool.stats().as_dict()
-
-    async with EvaluatorPool(workers=workers, max_jobs=BENCH_MAX_JOBS, engine="v8") as pool:
-        callers = counts.callers_per_worker * workers
-        for name, batch in calls.items():
-            await _saturate(pool, batch, max(counts.warmup, workers * 2), callers)
+            await _saturate(pool_all, batch, max(counts.warmup, workers * 2), callers_all)
+            one_per_s, all_per_s = await _alternate(
+                pool,
+                pool_all,
+                batch,
+                counts.throughput,
+                callers_one=counts.callers_per_worker,
+                callers_every=callers_all,
+            )
+            one[name] = {**_latency(samples), "callers": counts.callers_per_worker, "calls_per_s": one_per_s}
             every[name] = {
                 "workers": workers,
-                "callers": callers,
+                "callers": callers_all,
                 "calls": counts.throughput,
-                "calls_per_s": await _saturate(pool, batch, counts.throughput, callers),
+                "calls_per_s": all_per_s,
             }
-        stats["all_workers"] = pool.stats().as_dict()
+        stats["one_worker"] = pool.stats().as_dict()
+        stats["all_workers"] = pool_all.stats().as_dict()
 
     default_run: dict[str, Any] | None = None
     if counts.recycle_calls > 0:
@@ -267,6 +276,28 @@ async def _sequential(pool: EvaluatorPool, batch: Sequence[_Call], n: int) -> li
         await pool.evaluate(kind, body, *arguments)
         samples.append(clock() - started)
     return samples
+
+
+async def _alternate(
+    one: EvaluatorPool,
+    every: EvaluatorPool,
+    batch: Sequence[_Call],
+    n: int,
+    *,
+    callers_one: int,
+    callers_every: int,
+) -> tuple[float, float]:
+    """The throughputs of ``one`` and ``every`` (calls per second), ``n`` calls each, taken in
+    ``THROUGHPUT_ROUNDS`` alternating rounds."""
+    rounds = max(1, min(THROUGHPUT_ROUNDS, n))
+    elapsed = [0.0, 0.0]
+    for r in range(rounds):
+        share = n // rounds + (1 if r < n % rounds else 0)
+        for i, (pool, callers) in enumerate(((one, callers_one), (every, callers_every))):
+            started = time.perf_counter_ns()
+            await _saturate(pool, batch, share, callers)
+            elapsed[i] += (time.perf_counter_ns() - started) / 1e9
+    return round(n / max(elapsed[0], 1e-9), 1), round(n / max(elapsed[1], 1e-9), 1)
 
 
 async def _saturate(pool: EvaluatorPool, batch: Sequence[_Call], n: int, callers: int) -> float:

@@ -3,8 +3,9 @@
 mini-racer's public ``MiniRacer.eval`` hops through an asyncio thread and installs ``setTimeout`` on
 the global object; a worker needs neither. So this drives mini-racer's ``Context`` directly (the
 version is pinned in pyproject.toml): the worker thread posts an eval to the isolate's thread and
-waits on mini-racer's own result queue, with the time limit enforced by cancelling the task (V8
-``TerminateExecution``). Work a body queued for later (promise callbacks) runs on the isolate's
+waits on mini-racer's own result queue (a plain answer is sent from the isolate's thread, and the
+worker thread dozes on its inbox meanwhile: ``answer_early``), with the time limit enforced by
+cancelling the task (V8 ``TerminateExecution``). Work a body queued for later (promise callbacks) runs on the isolate's
 thread right after the eval returns; ``settle`` runs behind it, so a runaway callback shows up as a
 settle that does not finish, and the worker exits.
 
@@ -17,13 +18,15 @@ fails, naming what moved, when it does.
 
 from __future__ import annotations
 
-import dataclasses
+import math
+import os
 import queue
 import re
 import secrets
+import select
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -163,6 +166,8 @@ class V8Engine:
         object.__setattr__(self._ctx, "_non_cancelable_mr_task_results_queue", self._queue)
         self._early: Callable[[int, Outcome], None] | None = None
         self._armed: tuple[int, str] | None = None
+        self._inbox_ready: Callable[[], bool] | None = None
+        self._doze_poll: select.poll | None = None
         self.version = str(self._ctx.v8_version())
         self._set_up_realm()
 
@@ -180,11 +185,38 @@ class V8Engine:
             raise RuntimeError(f"the V8 realm did not set up: {value}")
         self.realm_stats = str(value)
 
-    def answer_early(self, send: Callable[[int, Outcome], None]) -> None:
+    def answer_early(
+        self,
+        send: Callable[[int, Outcome], None],
+        *,
+        inbox_fd: int | None = None,
+        inbox_ready: Callable[[], bool] | None = None,
+    ) -> None:
         """Let a job's plain answer be sent by ``send`` from the isolate's own thread, as soon as the
         engine call returns: the worker thread need not wake up first. A job whose answer must wait
-        (work it queued, a realm to restore, a timeout) still comes back through ``run``."""
+        (work it queued, a realm to restore, a timeout) still comes back through ``run``.
+
+        With ``inbox_fd`` (the descriptor the next job arrives on) and ``inbox_ready`` (whether a
+        frame is already read and waiting), the worker thread waiting on such a job sleeps until the
+        next job arrives, an answer that was not sent needs it, or the job's time is up: an answer
+        sent from the isolate's thread does not wake it (one wake-up and one handover of the GIL
+        less per job, at the moment the supervisor is being woken)."""
         self._early = send
+        if inbox_fd is not None and inbox_ready is not None:
+            self._inbox_ready = inbox_ready
+            self._doze_poll = select.poll()
+            self._doze_poll.register(inbox_fd, select.POLLIN)
+            self._doze_poll.register(self._queue.bell, select.POLLIN)
+
+    def _doze(self, timeout_s: float) -> None:
+        """Sleep until the next frame arrives, the isolate's thread rings for the worker thread, or
+        ``timeout_s`` passes. The answer itself is then taken from the queue, as without dozing."""
+        poller = self._doze_poll
+        if poller is None or self._inbox_ready is None or self._inbox_ready():
+            return
+        for fd, _ in poller.poll(max(math.ceil(timeout_s * 1000), 1)):
+            if fd == self._queue.bell:
+                self._queue.silence()
 
     def _plain_outcome_for(self, armed: tuple[int, str], value: object) -> Outcome | None:
         """The outcome of an armed job's answer when it needs nothing more, else None."""
@@ -208,11 +240,14 @@ class V8Engine:
             Wedged: the isolate did not stop when cancelled.
         """
         ctx = self._ctx
+        deadline = time.monotonic() + timeout_s
         handle = ctx._python_to_value_handle(code)  # kept alive until the answer arrives
         task = ctx._dll.mr_eval(ctx._ctx, handle.raw, 0)
         cancelled = False
+        if self._armed is not None:
+            self._doze(timeout_s)
         try:
-            answer = self._queue.get(timeout=max(timeout_s, 0.0005))
+            answer = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0005))
         except queue.Empty:
             cancelled = True
             ctx._dll.mr_cancel_task(ctx._ctx, task)
@@ -358,11 +393,15 @@ class _Converted:
 
 class _Handover:
     """Takes mini-racer's answers on the isolate's thread (holding the GIL, as mini-racer's own queue
-    does) and hands them to the worker thread, sending an armed job's plain answer on the way."""
+    does) and hands them to the worker thread, sending an armed job's plain answer on the way.
+
+    While the worker thread dozes on an armed job (``V8Engine._doze``), an answer it must handle
+    itself also rings ``bell`` (an eventfd) to wake it; an answer already sent does not."""
 
     def __init__(self, engine: V8Engine) -> None:
         self._engine = engine
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
 
     def put(self, handle: object) -> None:
         engine = self._engine
@@ -374,18 +413,31 @@ class _Handover:
         try:
             value = engine._ctx._value_handle_to_python(handle)
         except Exception:  # noqa: BLE001 - an error answer is the worker thread's to read
-            self._queue.put(handle)
+            self._ring(handle)
             return
         outcome = engine._plain_outcome_for(armed, value)
         if outcome is None:
-            self._queue.put(_Converted(value))
+            self._ring(_Converted(value))
             return
         try:
             send(armed[0], outcome)
         except Exception:  # noqa: BLE001 - not sent: the worker thread sends it
-            self._queue.put(_Converted(value))
+            self._ring(_Converted(value))
             return
-        self._queue.put(_Answered(dataclasses.replace(outcome, sent=True)))
+        self._queue.put(
+            _Answered(
+                Outcome(ok=outcome.ok, value=outcome.value, reason=outcome.reason, message=outcome.message, sent=True)
+            )
+        )
+
+    def _ring(self, item: object) -> None:
+        self._queue.put(item)
+        os.eventfd_write(self.bell, 1)
+
+    def silence(self) -> None:
+        """Reset the bell (the worker thread woke up)."""
+        with suppress(BlockingIOError):
+            os.eventfd_read(self.bell)
 
     def get(self, timeout: float) -> object:
         return self._queue.get(timeout=timeout)

@@ -60,7 +60,7 @@ class PublicV8Engine(V8Engine):
             raise RuntimeError(f"mini-racer's timer globals could not be pinned: {value}")
         self._set_up_realm()
 
-    def answer_early(self, send: object) -> None:
+    def answer_early(self, send: object, **_: object) -> None:
         """The public API has no hook on the isolate's thread: every answer goes through ``run``."""
 
     def _eval(self, code: str, timeout_s: float) -> tuple[str, object]:

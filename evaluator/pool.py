@@ -47,7 +47,7 @@ from bir.evaluator.refusals import RefusalLedger
 from bir.evaluator.wire import Codec, Job, Result
 
 START_DEADLINE_S: Final = 30.0
-RSS_POLL_S: Final = 0.02
+WATCH_S: Final = 0.02  # how often the watchdog checks hard deadlines and memory
 MAX_ATTEMPTS: Final = 2
 MAX_SPAWN_FAILURES: Final = 3
 MAX_KEYS_CACHED: Final = 1000
@@ -128,7 +128,8 @@ class _JobRecord:
     future: asyncio.Future[dict[str, Any]]
     attempts: int = 0
     queued_at: float = field(default_factory=time.monotonic)
-    kill_timer: asyncio.TimerHandle | None = None
+    # time.monotonic() past which its worker is killed (the watchdog's hard deadline), once it runs.
+    kill_at: float = math.inf
     # Since when it waits while the pool is short of workers because some are starting, if it does.
     short_since: float | None = None
 
@@ -209,7 +210,7 @@ class EvaluatorPool(WorkerEvents):
             first = next((r for r in results if isinstance(r, BaseException)), None)
             await self.close()
             raise RuntimeError(f"the evaluator's workers could not start: {first}")
-        self._monitor = asyncio.get_running_loop().create_task(self._watch_memory())
+        self._monitor = asyncio.get_running_loop().create_task(self._watch())
         log_event(
             "evaluator.started",
             workers=self.workers,
@@ -438,10 +439,9 @@ class EvaluatorPool(WorkerEvents):
             self._pending.appendleft(record)
             worker.kill("pipe")
             return
-        grace_ms = max(250, self.timeout_ms // 4)
-        record.kill_timer = asyncio.get_running_loop().call_later(
-            (self.timeout_ms + grace_ms) / 1000.0, self._murder, worker, record, "timeout"
-        )
+        # The watchdog (_watch) kills the worker past this; a timer per job would cost a heap push
+        # and a cancel on every call for a deadline that is almost never reached.
+        record.kill_at = time.monotonic() + (self.timeout_ms + max(250, self.timeout_ms // 4)) / 1000.0
 
     def _murder(self, worker: WorkerProcess, record: _JobRecord, why: str) -> None:
         """The worker is past its hard deadline or memory: kill it and fail its job as the body's fault."""
@@ -460,8 +460,6 @@ class EvaluatorPool(WorkerEvents):
         if not isinstance(record, _JobRecord):
             return
         worker.current = None
-        if record.kill_timer is not None:
-            record.kill_timer.cancel()
         self._counts.jobs += 1
         if isinstance(outcome, LogicError):
             if outcome.reason in ("timeout", "memory"):
@@ -568,8 +566,6 @@ class EvaluatorPool(WorkerEvents):
         record = worker.current
         retried: _JobRecord | None = None
         if isinstance(record, _JobRecord):
-            if record.kill_timer is not None:
-                record.kill_timer.cancel()
             worker.current = None
             if self._closed:
                 self._fail(record, "closed", "the evaluator pool is closed")
@@ -593,17 +589,20 @@ class EvaluatorPool(WorkerEvents):
                 self._mark_if_short(retried)
         self._dispatch()
 
-    # -- memory ----------------------------------------------------------------------------------------------
+    # -- the watchdog: hard deadlines and memory -------------------------------------------------------------
 
-    async def _watch_memory(self) -> None:
+    async def _watch(self) -> None:
         limit_growth = (2 * self.memory_mb + 32) * 1024 * 1024
         while not self._closed:
-            await asyncio.sleep(RSS_POLL_S)
+            await asyncio.sleep(WATCH_S)
+            now = time.monotonic()
             for worker in list(self._live):
                 record = worker.current
                 if not isinstance(record, _JobRecord) or worker.state != "ready":
                     continue
-                if worker.rss() > worker.baseline_rss + limit_growth:
+                if now >= record.kill_at:
+                    self._murder(worker, record, "timeout")
+                elif worker.rss() > worker.baseline_rss + limit_growth:
                     self._murder(worker, record, "memory")
 
 

@@ -30,6 +30,7 @@ from bir.evaluator.wire import (
 )
 
 STDERR_TAIL_BYTES: Final = 4096
+_PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 MAX_STDERR_LINES_LOGGED: Final = 20
 
 State = Literal["starting", "ready", "dead"]
@@ -124,6 +125,7 @@ class WorkerProcess:
         self.kill_reason: str | None = None  # set when the supervisor killed it on purpose
         self.retiring = False
         self.baseline_rss = 0
+        self._statm_fd: int | None = None  # /proc/<pid>/statm, open while the worker lives
         self.exited = asyncio.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -187,7 +189,7 @@ class WorkerProcess:
             self.kill("protocol")
             raise RuntimeError(f"worker speaks protocol {hello.protocol}, the pool {PROTOCOL_VERSION}")
         self.state = "ready"
-        self.baseline_rss = _rss(self.pid)
+        self.baseline_rss = self.rss()
         if hello.fallback is not None and (hello.engine, hello.fallback) not in _fallbacks_logged:
             _fallbacks_logged.add((hello.engine, hello.fallback))
             log_event(
@@ -215,7 +217,16 @@ class WorkerProcess:
                 os.kill(self.pid, signal.SIGKILL)
 
     def rss(self) -> int:
-        return _rss(self.pid) if self.pid is not None and self.state != "dead" else 0
+        """The worker's resident memory in bytes (0 once it is gone). The watchdog asks every few
+        milliseconds while a job runs: one pread on a descriptor kept open, psutil where /proc is not."""
+        if self.pid is None or self.state == "dead":
+            return 0
+        try:
+            if self._statm_fd is None:
+                self._statm_fd = os.open(f"/proc/{self.pid}/statm", os.O_RDONLY | os.O_CLOEXEC)
+            return int(os.pread(self._statm_fd, 256, 0).split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            return _rss(self.pid)
 
     @property
     def stderr_tail(self) -> str:
@@ -226,8 +237,10 @@ class WorkerProcess:
     def _feed(self, data: bytes) -> None:
         self._decoder.feed(data)
         try:
-            while (payload := self._decoder.next_frame()) is not None:
-                self._dispatch(self._codec.decode_from_worker(payload))
+            while (payload := self._decoder.next_view()) is not None:
+                with payload:
+                    message = self._codec.decode_from_worker(payload)
+                self._dispatch(message)
         except (FrameTooLarge, ProtocolError) as exc:
             log_event("evaluator.protocol_error", pid=self.pid, error=str(exc))
             self.kill("protocol")
@@ -262,6 +275,9 @@ class WorkerProcess:
             )
         if self._transport is not None:
             self._transport.close()
+        if self._statm_fd is not None:
+            os.close(self._statm_fd)
+            self._statm_fd = None
         self._events.on_exit(self, returncode)
         self.exited.set()
 

@@ -76,17 +76,81 @@ class ProtocolError(ValueError):
 
 
 class FrameDecoder:
-    """Bytes in, frame payloads out; no I/O."""
+    """Bytes in, frame payloads out; no I/O.
 
-    __slots__ = ("_buf", "_max", "_need")
+    Bytes arrive by ``feed`` (a copy of bytes read elsewhere) or straight into its buffer:
+    ``reserve(n)`` answers writable room for at least ``n`` bytes (a ``readv`` into it costs no copy
+    and no allocation per read), ``commit(n)`` says how many arrived. One buffer, reused for the
+    life of the decoder; it grows only to hold a frame larger than itself, never past the maximum.
+    """
 
-    def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
+    __slots__ = ("_buf", "_end", "_max", "_start")
+
+    def __init__(self, max_frame: int = MAX_FRAME_BYTES, initial: int = 1 << 16) -> None:
+        self._buf = bytearray(initial)
+        self._start = 0  # the first byte not yet handed out
+        self._end = 0  # the end of the bytes received
         self._max = max_frame
-        self._need: int | None = None
 
     def feed(self, data: bytes) -> None:
-        self._buf += data
+        n = len(data)
+        self.reserve(n)[:n] = data
+        self._end += n
+
+    def reserve(self, n: int) -> memoryview:
+        """Writable room for at least ``n`` more bytes, at the end of what is buffered. Release the
+        view (or let it go) before the next call on this decoder: the buffer may move."""
+        if len(self._buf) - self._end < n:
+            held = self._end - self._start
+            if held + n > len(self._buf):
+                grown = bytearray(max(held + n, 2 * len(self._buf)))
+                grown[:held] = memoryview(self._buf)[self._start : self._end]
+                self._buf = grown
+            else:
+                self._buf[:held] = self._buf[self._start : self._end]
+            self._start, self._end = 0, held
+        return memoryview(self._buf)[self._end :]
+
+    def commit(self, n: int) -> None:
+        """``n`` bytes were written into the view ``reserve`` answered."""
+        self._end += n
+
+    def wanted(self) -> int:
+        """How many more bytes the frame being read needs at least (the header's, when unknown).
+
+        Raises:
+            FrameTooLarge: the announced length is past the maximum.
+        """
+        held = self._end - self._start
+        if held < HEADER.size:
+            return HEADER.size - held
+        return max(HEADER.size + self._length() - held, 0)
+
+    def _length(self) -> int:
+        (length,) = HEADER.unpack_from(self._buf, self._start)
+        if length > self._max:
+            raise FrameTooLarge(f"frame of {length} bytes announced; the limit is {self._max}")
+        return int(length)
+
+    def next_view(self) -> memoryview | None:
+        """The next complete payload as a view into the buffer (valid until the next call on this
+        decoder), or None when more bytes are needed.
+
+        Raises:
+            FrameTooLarge: the announced length is past the maximum.
+        """
+        held = self._end - self._start
+        if held < HEADER.size:
+            return None
+        end = self._start + HEADER.size + self._length()
+        if end > self._end:
+            return None
+        view = memoryview(self._buf)[self._start + HEADER.size : end]
+        if end == self._end:
+            self._start = self._end = 0  # empty: the next frame starts at the front again
+        else:
+            self._start = end
+        return view
 
     def next_frame(self) -> bytes | None:
         """The next complete payload, or None when more bytes are needed.
@@ -94,24 +158,15 @@ class FrameDecoder:
         Raises:
             FrameTooLarge: the announced length is past the maximum.
         """
-        if self._need is None:
-            if len(self._buf) < HEADER.size:
-                return None
-            (length,) = HEADER.unpack_from(self._buf)
-            if length > self._max:
-                raise FrameTooLarge(f"frame of {length} bytes announced; the limit is {self._max}")
-            self._need = length
-        end = HEADER.size + self._need
-        if len(self._buf) < end:
+        view = self.next_view()
+        if view is None:
             return None
-        payload = bytes(self._buf[HEADER.size : end])
-        del self._buf[:end]
-        self._need = None
-        return payload
+        with view:
+            return bytes(view)
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._end - self._start
 
 
 class Codec:
@@ -139,14 +194,14 @@ class Codec:
         HEADER.pack_into(buf, 0, length)
         return bytes(buf)
 
-    def decode_to_worker(self, payload: bytes) -> ToWorker:
+    def decode_to_worker(self, payload: bytes | memoryview) -> ToWorker:
         """Raises: ProtocolError: the payload is not a supervisor → worker message."""
         try:
             return self._dec_to_worker.decode(payload)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise ProtocolError(f"bad frame from supervisor: {exc}") from None
 
-    def decode_from_worker(self, payload: bytes) -> FromWorker:
+    def decode_from_worker(self, payload: bytes | memoryview) -> FromWorker:
         """Raises: ProtocolError: the payload is not a worker → supervisor message."""
         try:
             return self._dec_from_worker.decode(payload)

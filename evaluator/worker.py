@@ -33,13 +33,14 @@ from bir.evaluator.wire import (
     Shutdown,
 )
 
-READ_CHUNK: Final = 1 << 20
+READ_CHUNK: Final = 1 << 16
 # Time a body's queued work may take past the job's own limit before the worker gives up on it.
 SETTLE_SLACK_S: Final = 0.1
 HEAP_CHECK_EVERY: Final = 4
 EXIT_WEDGED: Final = 3
 EXIT_PROTOCOL: Final = 4
 WEDGED: Final = "the isolate did not stop when told to"
+_PAGE: Final = resource.getpagesize()
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -72,6 +73,14 @@ class _Channel:
         self._codec = Codec()
         self._decoder = FrameDecoder()
 
+    @property
+    def read_fd(self) -> int:
+        return self._read_fd
+
+    def has_bytes(self) -> bool:
+        """Whether bytes of a next message are already read (waiting on the descriptor would miss them)."""
+        return self._decoder.buffered > 0
+
     def send(self, message: FromWorker) -> None:
         view = memoryview(self._codec.encode(message))
         while view:
@@ -80,14 +89,20 @@ class _Channel:
 
     def receive(self) -> Job | Shutdown | None:
         """The next message, or None at EOF."""
+        decoder = self._decoder
         while True:
-            payload = self._decoder.next_frame()
+            payload = decoder.next_view()
             if payload is not None:
-                return self._codec.decode_to_worker(payload)
-            data = os.read(self._read_fd, READ_CHUNK)
-            if not data:
+                with payload:
+                    return self._codec.decode_to_worker(payload)
+            # Straight into the decoder's reused buffer: a fresh read buffer per job would cost an
+            # allocation (an mmap and munmap, with its TLB shootdown, for a large one) every time.
+            room = decoder.reserve(max(decoder.wanted(), READ_CHUNK))
+            with room:
+                n = os.readv(self._read_fd, [room])
+            if not n:
                 return None
-            self._decoder.feed(data)
+            decoder.commit(n)
 
 
 def _make_engine(name: str, memory_mb: int, surface: str = "auto") -> Engine:
@@ -148,10 +163,17 @@ def _result(job_id: int, outcome: Outcome) -> Result:
     return Result(id=job_id, ok=outcome.ok, value=outcome.value, reason=outcome.reason, message=outcome.message)
 
 
+_statm_fd: int | None = None
+
+
 def _rss_bytes() -> int:
+    # The heap check runs every few jobs, now in the path of the next one: one pread on a
+    # descriptor kept open instead of an open, a read and a close.
+    global _statm_fd
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * resource.getpagesize()
+        if _statm_fd is None:
+            _statm_fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(_statm_fd, 256, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
 
@@ -195,7 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         answer_early(
             lambda job_id, o: channel.send(
                 Result(id=job_id, ok=o.ok, value=o.value, reason=o.reason, message=o.message)
-            )
+            ),
+            inbox_fd=channel.read_fd,
+            inbox_ready=channel.has_bytes,
         )
     _harden()
     channel.send(

@@ -141,6 +141,23 @@ async def test_a_worker_killed_mid_job_runs_the_job_once_more_on_another_worker(
         assert stats.spawn_wait_us_total == stats.spawn_wait_us_max > 0
 
 
+async def test_a_worker_that_stops_answering_is_killed_past_its_hard_deadline_and_the_job_is_a_timeout() -> None:
+    # A frozen process: the isolate's own limit cannot act, only the supervisor's watchdog can.
+    async with EvaluatorPool(workers=1, timeout_ms=200) as pool:
+        job = asyncio.ensure_future(pool.evaluate("paramsLogic", SPIN, {"ms": 100}))
+        worker = await _busy_worker(pool)
+        assert worker.pid is not None
+        os.kill(worker.pid, signal.SIGSTOP)
+        with anyio.fail_after(10), pytest.raises(LogicError) as caught:
+            await job
+        assert caught.value.reason == "timeout"
+        assert pool.stats().timeouts == 1
+        with anyio.fail_after(10):
+            await worker.exited.wait()
+        assert worker.kill_reason == "timeout"
+        assert await pool.evaluate("paramsLogic", "return {after: 1}", {}) == {"after": 1}
+
+
 async def test_a_body_that_took_a_worker_down_twice_is_refused(engine: str) -> None:
     async with EvaluatorPool(workers=1, timeout_ms=5000, engine=engine) as pool:
         job = asyncio.ensure_future(pool.evaluate("paramsLogic", SPIN, {"ms": 3000}))

@@ -76,3 +76,47 @@ def test_a_payload_of_the_wrong_direction_is_a_protocol_error() -> None:
         codec.decode_to_worker(payload)
     with pytest.raises(ProtocolError):
         codec.decode_from_worker(b"\xc1garbage")
+
+
+def test_bytes_read_straight_into_the_buffer_come_out_as_the_same_frames() -> None:
+    codec = Codec()
+    data = b"".join(codec.encode(_job(i)) for i in range(3))
+    decoder = FrameDecoder(initial=16)
+    out = []
+    position = 0
+    while position < len(data):
+        assert decoder.wanted() > 0
+        room = decoder.reserve(7)
+        n = min(len(room), len(data) - position)
+        room[:n] = data[position : position + n]
+        room.release()
+        decoder.commit(n)
+        position += n
+        while (payload := decoder.next_view()) is not None:
+            with payload:
+                out.append(codec.decode_to_worker(payload))
+    assert out == [_job(i) for i in range(3)]
+    assert decoder.buffered == 0
+
+
+def test_a_frame_larger_than_the_buffer_grows_it_and_a_held_view_keeps_its_bytes() -> None:
+    codec = Codec()
+    big = Job(id=9, kind="paramsLogic", key="0" * 32, body="x" * 5000, args="[]", timeout_ms=1)
+    decoder = FrameDecoder(initial=64)
+    decoder.feed(codec.encode(_job(1)) + codec.encode(big)[:10])
+    first = decoder.next_view()
+    assert first is not None
+    decoder.feed(codec.encode(big)[10:])
+    # The first frame's view still reads its own bytes: growing never moves them under it.
+    assert codec.decode_to_worker(first) == _job(1)
+    second = decoder.next_frame()
+    assert second is not None
+    assert codec.decode_to_worker(second) == big
+    assert decoder.wanted() == HEADER.size
+
+
+def test_an_announced_length_past_the_maximum_is_refused_before_reading_the_rest() -> None:
+    decoder = FrameDecoder(max_frame=1024)
+    decoder.feed(HEADER.pack(1025))
+    with pytest.raises(FrameTooLarge):
+        decoder.wanted()

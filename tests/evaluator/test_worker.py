@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -69,6 +70,27 @@ def test_a_worker_says_hello_with_its_protocol_then_answers_jobs_in_order(worker
     _send(worker, b"".join(codec.encode(job) for job in jobs))
     answers = [_read(worker, codec, decoder) for _ in jobs]
     assert answers == [Result(id=i, ok=True, value=f'{{"n":{i},"p":7}}') for i in range(1, 4)]
+
+
+def test_a_worker_answers_a_job_whose_frame_arrives_in_pieces_and_one_whose_answer_waits_for_its_promises(
+    worker: subprocess.Popen[bytes],
+) -> None:
+    codec, decoder = Codec(), FrameDecoder()
+    assert isinstance(_read(worker, codec, decoder), Hello)
+    frame = codec.encode(
+        Job(id=1, kind="paramsLogic", key="1" * 32, body="return {a: params.a}", args='[{"a": 2}]', timeout_ms=1000)
+    )
+    for i in range(0, len(frame), 9):
+        _send(worker, frame[i : i + 9])
+    assert _read(worker, codec, decoder) == Result(id=1, ok=True, value='{"a":2}')
+    # Its answer is not sent from the isolate's thread: the dozing worker thread must be woken for
+    # it (were it not, the answer would come only when the job's minute is up).
+    body = "const o = {n: 1}; Promise.resolve().then(() => { o.n = 2 }); return o"
+    _send(worker, codec.encode(Job(id=2, kind="paramsLogic", key="2" * 32, body=body, args="[{}]", timeout_ms=60_000)))
+    assert worker.stdout is not None
+    readable, _, _ = select.select([worker.stdout], [], [], 20)
+    assert readable, "the answer did not come before the job's own time limit"
+    assert _read(worker, codec, decoder) == Result(id=2, ok=True, value='{"n":1}')
 
 
 def test_a_frame_that_is_not_a_job_makes_the_worker_exit_with_a_protocol_error(
