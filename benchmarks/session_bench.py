@@ -31,12 +31,15 @@ from typing import Any, Final
 
 import psutil
 
+from bir.benchmarks import empty_hook_server
 from bir.benchmarks.claude_host import claude_env, command_hook
 from bir.benchmarks.fake_model import ApiRequest, FakeMessagesApi, Step, Turn, call
 from bir.benchmarks.stats import percentile
 from bir.hooks.hook_client import read_server
 
-VARIANTS: Final = ("no_hooks", "python_hooks", "bir_hooks")
+VARIANTS: Final = ("no_hooks", "python_hooks", "mcp_hooks", "bir_hooks")
+# The Pre/PostToolUse hook events an ``mcp_tool`` hook variant answers.
+TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse")
 SESSION_TIMEOUT_S: Final = 120.0
 SERVER_START_S: Final = 30.0
 SERVER_STOP_S: Final = 20.0
@@ -79,10 +82,24 @@ def _script(calls: int, arrivals: list[float]) -> list[Step]:
 
 
 def _settings(variant: str) -> dict[str, Any]:
-    if variant != "python_hooks":
-        return {}
-    bare = command_hook(f"{sys.executable} -S -c 'print(\"{{}}\")'", timeout_s=30)
-    return {"hooks": {"PreToolUse": [{**bare, "matcher": "*"}], "PostToolUse": [{**bare, "matcher": "*"}]}}
+    if variant == "python_hooks":
+        bare = command_hook(f"{sys.executable} -S -c 'print(\"{{}}\")'", timeout_s=30)
+        return {"hooks": {event: [{**bare, "matcher": "*"}] for event in TOOL_EVENTS}}
+    if variant == "mcp_hooks":
+        hook: dict[str, Any] = {"type": "mcp_tool", "server": empty_hook_server.SERVER_NAME}
+        hook["tool"] = empty_hook_server.TOOL_NAME
+        # The arguments bir's own hook tool takes, so Claude Code interpolates as much as it would for bir.
+        hook["input"] = {"event": "${hook_event_name}", "tool_input": "${tool_input}", "id": "${tool_use_id}"}
+        return {"hooks": {event: [{"matcher": "*", "hooks": [{**hook, "timeout": 30}]}] for event in TOOL_EVENTS}}
+    return {}
+
+
+def _mcp_config(variant: str) -> dict[str, Any]:
+    """The ``--mcp-config`` of a variant: the empty hook server for ``mcp_hooks``, else none."""
+    if variant != "mcp_hooks":
+        return {"mcpServers": {}}
+    server = {"type": "stdio", "command": sys.executable, "args": ["-m", "bir.benchmarks.empty_hook_server"]}
+    return {"mcpServers": {empty_hook_server.SERVER_NAME: server}}
 
 
 @contextlib.contextmanager
@@ -163,7 +180,10 @@ def run_session(binary: Path, variant: str, calls: int, case: Path) -> list[floa
         stack.enter_context(api.serve())
         env = claude_env(home, tmp, api.url, {"BIR_HOME": str(bir_home)})
         env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+        mcp_config = case / "mcp.json"
+        mcp_config.write_text(json.dumps(_mcp_config(variant)), encoding="utf-8")
         argv = [str(binary), "-p", "run the checks", "--output-format", "json", "--allowedTools", "Bash"]
+        argv += ["--mcp-config", str(mcp_config)]
         _claude(argv, project, env)
     if api.failures or len(arrivals) != calls + 1:
         raise SessionBenchError(
@@ -221,7 +241,7 @@ def measure_sessions(binary: Path | None, *, calls: int, rounds: int) -> dict[st
         shutil.rmtree(root, ignore_errors=True)
     figures = {variant: _per_call(samples) for variant, samples in gaps.items()}
     none = figures["no_hooks"]["p50_ms"]
-    added = {variant: round(figures[variant]["p50_ms"] - none, 1) for variant in ("python_hooks", "bir_hooks")}
+    added = {variant: round(figures[variant]["p50_ms"] - none, 1) for variant in VARIANTS[1:]}
     ratio = round(added["bir_hooks"] / added["python_hooks"], 2) if added["python_hooks"] > 0 else None
     return {
         "measured": True,
