@@ -1,9 +1,12 @@
 """The whole session: what bir's hooks add to each tool call of a real Claude Code session.
 
 One scripted session of N ``Bash true`` calls (the fake Messages API of ``bir.benchmarks.fake_model``
-answers each request with the next call) runs three ways in a temporary project: with no hooks, with two
-bare ``python3 -S`` command hooks (PreToolUse and PostToolUse, printing ``{}``), and with bir's hooks as
-``bir install`` writes them, the project's control server running. A tool call's time is the gap
+answers each request with the next call) runs five ways in a temporary project: with no hooks, with two
+bare ``python3 -S`` command hooks (PreToolUse and PostToolUse, printing ``{}``), with two ``mcp_tool``
+hooks on a stdio MCP server answering ``{}`` (``bir.benchmarks.empty_hook_server``: what Claude Code
+itself spends on such a hook), with bir's hooks as ``bir install`` writes them, and as ``bir install
+--replay --mcp-hooks`` writes them (the tool events answered in ``bir-scenario``), the project's control
+server running for both. A tool call's time is the gap
 between two consecutive model requests as the fake receives them (the model's answer, the PreToolUse
 hook, the tool, the PostToolUse hook, the next request): the session's start and end (SessionStart,
 the prompt, Stop) fall outside it. The first gap of a session is left out (its host warms up).
@@ -37,7 +40,9 @@ from bir.benchmarks.fake_model import ApiRequest, FakeMessagesApi, Step, Turn, c
 from bir.benchmarks.stats import percentile
 from bir.hooks.hook_client import read_server
 
-VARIANTS: Final = ("no_hooks", "python_hooks", "mcp_hooks", "bir_hooks")
+VARIANTS: Final = ("no_hooks", "python_hooks", "mcp_hooks", "bir_hooks", "bir_mcp_hooks")
+# The variants with bir installed, and the options ``bir install`` gets for each.
+BIR_VARIANTS: Final = {"bir_hooks": (), "bir_mcp_hooks": ("--replay", "--mcp-hooks")}
 # The Pre/PostToolUse hook events an ``mcp_tool`` hook variant answers.
 TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse")
 SESSION_TIMEOUT_S: Final = 120.0
@@ -164,10 +169,10 @@ def run_session(binary: Path, variant: str, calls: int, case: Path) -> list[floa
     arrivals: list[float] = []
     api = FakeMessagesApi(list(_script(calls, arrivals)))
     with contextlib.ExitStack() as stack:
-        if variant == "bir_hooks":
+        if variant in BIR_VARIANTS:
             bindir = Path(sys.executable).parent
             done = subprocess.run(
-                [str(bindir / "bir"), "install", "--project", str(project)],
+                [str(bindir / "bir"), "install", *BIR_VARIANTS[variant], "--project", str(project)],
                 env=bir_env,
                 capture_output=True,
                 text=True,
@@ -223,7 +228,7 @@ def _claude(argv: Sequence[str], project: Path, env: dict[str, str]) -> None:
 
 def measure_sessions(binary: Path | None, *, calls: int, rounds: int) -> dict[str, Any]:
     """``rounds`` sessions of each variant, taken in turn; per variant the tool call's p50/p90 (ms), and
-    what bir's and the bare Python hooks add per call over no hooks. ``measured`` False with the reason
+    what each variant's hooks add per call over no hooks. ``measured`` False with the reason
     when no binary is at hand.
 
     Raises:
@@ -242,7 +247,9 @@ def measure_sessions(binary: Path | None, *, calls: int, rounds: int) -> dict[st
     figures = {variant: _per_call(samples) for variant, samples in gaps.items()}
     none = figures["no_hooks"]["p50_ms"]
     added = {variant: round(figures[variant]["p50_ms"] - none, 1) for variant in VARIANTS[1:]}
-    ratio = round(added["bir_hooks"] / added["python_hooks"], 2) if added["python_hooks"] > 0 else None
+    python = added["python_hooks"]
+    ratio = round(added["bir_hooks"] / python, 2) if python > 0 else None
+    mcp_ratio = round(added["bir_mcp_hooks"] / python, 2) if python > 0 else None
     return {
         "measured": True,
         "claude": str(binary),
@@ -251,6 +258,7 @@ def measure_sessions(binary: Path | None, *, calls: int, rounds: int) -> dict[st
         "tool_call": figures,
         "added_per_call_p50_ms": added,
         "bir_vs_python_hooks_added": ratio,
+        "bir_mcp_vs_python_hooks_added": mcp_ratio,
     }
 
 
