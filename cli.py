@@ -91,6 +91,13 @@ def _build_parser() -> argparse.ArgumentParser:
     ):
         cmd = sub.add_parser(name, help=helptext)
         cmd.add_argument("--replay", action="store_true", help=replay_help)
+        if name == "install":
+            cmd.add_argument(
+                "--mcp-hooks",
+                action="store_true",
+                help="with --replay: answer the tool events' hooks in the bir MCP server (mcp_tool hooks), "
+                "no process per tool call",
+            )
         cmd.add_argument("--project", default=".", help="the project directory (default: the working directory)")
         cmd.add_argument("--json", action="store_true", help="print one JSON document describing what changed")
 
@@ -153,7 +160,7 @@ def _install_command(args: argparse.Namespace) -> int:
 
     try:
         if args.command == "install":
-            change = install(args.project, replay=args.replay, exes=find_executables())
+            change = install(args.project, replay=args.replay, exes=find_executables(), mcp_hooks=args.mcp_hooks)
         else:
             change = uninstall(args.project, replay_only=args.replay)
     except InstallError as exc:

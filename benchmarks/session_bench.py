@@ -1,9 +1,12 @@
 """The whole session: what bir's hooks add to each tool call of a real Claude Code session.
 
 One scripted session of N ``Bash true`` calls (the fake Messages API of ``bir.benchmarks.fake_model``
-answers each request with the next call) runs three ways in a temporary project: with no hooks, with two
-bare ``python3 -S`` command hooks (PreToolUse and PostToolUse, printing ``{}``), and with bir's hooks as
-``bir install`` writes them, the project's control server running. A tool call's time is the gap
+answers each request with the next call) runs five ways in a temporary project: with no hooks, with two
+bare ``python3 -S`` command hooks (PreToolUse and PostToolUse, printing ``{}``), with two ``mcp_tool``
+hooks on a stdio MCP server answering ``{}`` (``bir.benchmarks.empty_hook_server``: what Claude Code
+itself spends on such a hook), with bir's hooks as ``bir install`` writes them, and as ``bir install
+--replay --mcp-hooks`` writes them (the tool events answered in ``bir-scenario``), the project's control
+server running for both. A tool call's time is the gap
 between two consecutive model requests as the fake receives them (the model's answer, the PreToolUse
 hook, the tool, the PostToolUse hook, the next request): the session's start and end (SessionStart,
 the prompt, Stop) fall outside it. The first gap of a session is left out (its host warms up).
@@ -31,12 +34,17 @@ from typing import Any, Final
 
 import psutil
 
+from bir.benchmarks import empty_hook_server
 from bir.benchmarks.claude_host import claude_env, command_hook
 from bir.benchmarks.fake_model import ApiRequest, FakeMessagesApi, Step, Turn, call
 from bir.benchmarks.stats import percentile
 from bir.hooks.hook_client import read_server
 
-VARIANTS: Final = ("no_hooks", "python_hooks", "bir_hooks")
+VARIANTS: Final = ("no_hooks", "python_hooks", "mcp_hooks", "bir_hooks", "bir_mcp_hooks")
+# The variants with bir installed, and the options ``bir install`` gets for each.
+BIR_VARIANTS: Final = {"bir_hooks": (), "bir_mcp_hooks": ("--replay", "--mcp-hooks")}
+# The Pre/PostToolUse hook events an ``mcp_tool`` hook variant answers.
+TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse")
 SESSION_TIMEOUT_S: Final = 120.0
 SERVER_START_S: Final = 30.0
 SERVER_STOP_S: Final = 20.0
@@ -79,10 +87,24 @@ def _script(calls: int, arrivals: list[float]) -> list[Step]:
 
 
 def _settings(variant: str) -> dict[str, Any]:
-    if variant != "python_hooks":
-        return {}
-    bare = command_hook(f"{sys.executable} -S -c 'print(\"{{}}\")'", timeout_s=30)
-    return {"hooks": {"PreToolUse": [{**bare, "matcher": "*"}], "PostToolUse": [{**bare, "matcher": "*"}]}}
+    if variant == "python_hooks":
+        bare = command_hook(f"{sys.executable} -S -c 'print(\"{{}}\")'", timeout_s=30)
+        return {"hooks": {event: [{**bare, "matcher": "*"}] for event in TOOL_EVENTS}}
+    if variant == "mcp_hooks":
+        hook: dict[str, Any] = {"type": "mcp_tool", "server": empty_hook_server.SERVER_NAME}
+        hook["tool"] = empty_hook_server.TOOL_NAME
+        # The arguments bir's own hook tool takes, so Claude Code interpolates as much as it would for bir.
+        hook["input"] = {"event": "${hook_event_name}", "tool_input": "${tool_input}", "id": "${tool_use_id}"}
+        return {"hooks": {event: [{"matcher": "*", "hooks": [{**hook, "timeout": 30}]}] for event in TOOL_EVENTS}}
+    return {}
+
+
+def _mcp_config(variant: str) -> dict[str, Any]:
+    """The ``--mcp-config`` of a variant: the empty hook server for ``mcp_hooks``, else none."""
+    if variant != "mcp_hooks":
+        return {"mcpServers": {}}
+    server = {"type": "stdio", "command": sys.executable, "args": ["-m", "bir.benchmarks.empty_hook_server"]}
+    return {"mcpServers": {empty_hook_server.SERVER_NAME: server}}
 
 
 @contextlib.contextmanager
@@ -147,10 +169,10 @@ def run_session(binary: Path, variant: str, calls: int, case: Path) -> list[floa
     arrivals: list[float] = []
     api = FakeMessagesApi(list(_script(calls, arrivals)))
     with contextlib.ExitStack() as stack:
-        if variant == "bir_hooks":
+        if variant in BIR_VARIANTS:
             bindir = Path(sys.executable).parent
             done = subprocess.run(
-                [str(bindir / "bir"), "install", "--project", str(project)],
+                [str(bindir / "bir"), "install", *BIR_VARIANTS[variant], "--project", str(project)],
                 env=bir_env,
                 capture_output=True,
                 text=True,
@@ -163,7 +185,10 @@ def run_session(binary: Path, variant: str, calls: int, case: Path) -> list[floa
         stack.enter_context(api.serve())
         env = claude_env(home, tmp, api.url, {"BIR_HOME": str(bir_home)})
         env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+        mcp_config = case / "mcp.json"
+        mcp_config.write_text(json.dumps(_mcp_config(variant)), encoding="utf-8")
         argv = [str(binary), "-p", "run the checks", "--output-format", "json", "--allowedTools", "Bash"]
+        argv += ["--mcp-config", str(mcp_config)]
         _claude(argv, project, env)
     if api.failures or len(arrivals) != calls + 1:
         raise SessionBenchError(
@@ -203,7 +228,7 @@ def _claude(argv: Sequence[str], project: Path, env: dict[str, str]) -> None:
 
 def measure_sessions(binary: Path | None, *, calls: int, rounds: int) -> dict[str, Any]:
     """``rounds`` sessions of each variant, taken in turn; per variant the tool call's p50/p90 (ms), and
-    what bir's and the bare Python hooks add per call over no hooks. ``measured`` False with the reason
+    what each variant's hooks add per call over no hooks. ``measured`` False with the reason
     when no binary is at hand.
 
     Raises:
@@ -221,8 +246,10 @@ def measure_sessions(binary: Path | None, *, calls: int, rounds: int) -> dict[st
         shutil.rmtree(root, ignore_errors=True)
     figures = {variant: _per_call(samples) for variant, samples in gaps.items()}
     none = figures["no_hooks"]["p50_ms"]
-    added = {variant: round(figures[variant]["p50_ms"] - none, 1) for variant in ("python_hooks", "bir_hooks")}
-    ratio = round(added["bir_hooks"] / added["python_hooks"], 2) if added["python_hooks"] > 0 else None
+    added = {variant: round(figures[variant]["p50_ms"] - none, 1) for variant in VARIANTS[1:]}
+    python = added["python_hooks"]
+    ratio = round(added["bir_hooks"] / python, 2) if python > 0 else None
+    mcp_ratio = round(added["bir_mcp_hooks"] / python, 2) if python > 0 else None
     return {
         "measured": True,
         "claude": str(binary),
@@ -231,6 +258,7 @@ def measure_sessions(binary: Path | None, *, calls: int, rounds: int) -> dict[st
         "tool_call": figures,
         "added_per_call_p50_ms": added,
         "bir_vs_python_hooks_added": ratio,
+        "bir_mcp_vs_python_hooks_added": mcp_ratio,
     }
 
 

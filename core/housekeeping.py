@@ -1,10 +1,12 @@
 """Which tool calls are bir's own housekeeping, never recorded as a run's steps (issue 8, item 4).
 
-bir's own calls would teach a scenario to call bir: the ``bir`` MCP server's tools (``run_scenario``
-and the scenario tools), Claude Code's ``ToolSearch``, and a shell command made only of ``bir``
-invocations (``bir scenario show scn_1 && cd x``). A command with anything else in it is the user's
-work and is recorded whole (``bir x; rm -rf /``). A command that cannot be read, or that substitutes
-another command (``bir $(rm -rf /)``), is not housekeeping: when in doubt, record.
+bir's own calls would teach a scenario to call bir: the ``bir`` MCP server's tools (``run_scenario``,
+the scenario tools, and ``hook``, which ``bir install --mcp-hooks`` has Claude Code call as a hook and
+which a model that called it anyway must not turn into a step), Claude Code's ``ToolSearch``, and a
+shell command made only of ``bir`` invocations (``bir scenario show scn_1 && cd x``). A command with
+anything else in it is the user's work and is recorded whole (``bir x; rm -rf /``). A command that
+cannot be read, or that substitutes another command (``bir $(rm -rf /)``), is not housekeeping: when
+in doubt, record.
 """
 
 from __future__ import annotations

@@ -222,6 +222,30 @@ HOOK_ROUTES: Final[dict[str, tuple[str, int, int]]] = {
 }
 
 
+# ``bir install --mcp-hooks``: the tool events answered by an ``mcp_tool`` hook on the ``bir`` MCP server
+# (``bir-scenario``) instead of a ``bir-hook`` process (FACTS.md §3.3). Claude Code interpolates every
+# ``${path}`` of the hook input into a string ("" when absent; objects become JSON text), so the tool
+# takes each field as a string and rebuilds the hook input before POSTing it to the event's route.
+MCP_HOOK_SERVER: Final = "bir"
+MCP_HOOK_TOOL: Final = "hook"
+MCP_HOOK_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
+MCP_HOOK_FIELDS: Final = (
+    "session_id",
+    "hook_event_name",
+    "transcript_path",
+    "cwd",
+    "permission_mode",
+    "tool_name",
+    "tool_input",
+    "tool_response",
+    "tool_use_id",
+    "error",
+    "is_interrupt",
+    "duration_ms",
+)
+MCP_HOOK_INPUT: Final[dict[str, str]] = {name: "${" + name + "}" for name in MCP_HOOK_FIELDS}
+
+
 class HookInput(msgspec.Struct, frozen=True, kw_only=True):
     """What Claude Code sends a hook (FACTS.md §3.1). Every field but ``session_id`` may be absent;
     unknown fields are ignored, so a newer Claude Code does not break an older ``bir``."""

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from bir.core import config
 from bir.hooks import api
-from bir.hooks.install import BIR_SERVER, InstallError, claude_config_file, is_bir_hook, read_json_file
+from bir.hooks.install import BIR_SERVER, InstallError, claude_config_file, is_bir_hook, is_mcp_hook, read_json_file
 from bir.hooks.status import StatusFacts
 from bir.hooks.status import gather as gather_status
 from bir.hooks.term import ago, paint
@@ -40,6 +40,9 @@ class HookFact:
     is_async: bool = False
     command: str = ""
     runnable: bool = False
+    # "mcp_tool" for the tool events of ``bir install --replay --mcp-hooks``; its input is as install writes it.
+    kind: str = "command"
+    input_ok: bool = True
 
 
 @dataclass(frozen=True)
@@ -113,12 +116,20 @@ def read_hooks(settings: Mapping[str, Any]) -> tuple[HookFact, ...]:
         for group in groups if isinstance(groups, list) else []:
             inner = group.get("hooks") if isinstance(group, dict) else None
             for hook in inner if isinstance(inner, list) else []:
-                if is_bir_hook(hook) and shlex.split(str(hook["command"]))[1] == event:
+                if is_mcp_hook(hook):
+                    if event in api.MCP_HOOK_EVENTS:
+                        ours.append(hook)
+                elif is_bir_hook(hook) and shlex.split(str(hook["command"]))[1] == event:
                     ours.append(hook)
         if not ours:
             facts.append(HookFact(event, 0))
             continue
         first = ours[0]
+        if is_mcp_hook(first):
+            timeout, is_async = first.get("timeout"), first.get("async") is True
+            input_ok = first.get("input") == api.MCP_HOOK_INPUT
+            facts.append(HookFact(event, len(ours), timeout, is_async, kind="mcp_tool", input_ok=input_ok))
+            continue
         command = str(first.get("command", ""))
         facts.append(
             HookFact(event, len(ours), first.get("timeout"), first.get("async") is True, command, _runnable(command))
@@ -253,15 +264,25 @@ def _hook_findings(facts: DoctorFacts) -> list[Finding]:
             wrong.append(f"timeout {hook.timeout!r}, expected {expected}")
         if hook.is_async:
             wrong.append("async (a step's PostToolUse must finish before the next PreToolUse)")
-        if not hook.runnable:
+        if hook.kind == "mcp_tool":
+            if facts.local_servers.get(BIR_SERVER) != "bir":
+                wrong.append("an mcp_tool hook on the `bir` MCP server, which is not registered")
+            if not hook.input_ok:
+                wrong.append("its input is not the one install writes")
+        elif not hook.runnable:
             wrong.append(f"{hook.command.split(' ')[0]} is not an executable file")
         if hook.found > 1:
             wrong.append(f"{hook.found} copies")
         if wrong:
-            out.append(Finding("hooks", "broken", f"{hook.event}: " + "; ".join(wrong), "bir install"))
+            fix = "bir install --replay --mcp-hooks" if hook.kind == "mcp_tool" else "bir install"
+            out.append(Finding("hooks", "broken", f"{hook.event}: " + "; ".join(wrong), fix))
     if not out:
         timeouts = ", ".join(f"{h.event} {h.timeout}s" for h in facts.hooks)
-        out.append(Finding("hooks", "ok", f"all {len(facts.hooks)} hooks as expected, none async ({timeouts})"))
+        mcp = [h.event for h in facts.hooks if h.kind == "mcp_tool"]
+        through = f"; {', '.join(mcp)} as mcp_tool hooks on the `bir` server" if mcp else ""
+        out.append(
+            Finding("hooks", "ok", f"all {len(facts.hooks)} hooks as expected, none async ({timeouts}){through}")
+        )
     return out
 
 

@@ -9,7 +9,11 @@ Install writes three things, all personal (nothing a team commits is touched):
   MCP server the project uses, from ``.mcp.json``, the local scope and the user scope, that runs it
   behind ``bir-proxy`` under the same name (local wins over project and user, FACTS.md §4);
 * with ``--replay``, the ``bir`` MCP server (``bir-scenario``), local scope, and the project's stored
-  replay switch on (D14: without the flag replay is off and no extra tool rides along every request).
+  replay switch on (D14: without the flag replay is off and no extra tool rides along every request);
+* with ``--replay --mcp-hooks``, PreToolUse, PostToolUse and PostToolUseFailure as ``mcp_tool`` hooks on
+  the ``bir`` server (its unlisted ``hook`` tool, ``bir.proxy.hook_tool``) instead of ``bir-hook``
+  commands: no process per tool call. The other four events stay commands (they revive the control
+  server, and come once per turn). ``uninstall --replay`` puts the command hooks back with the server gone.
 
 Every file is re-read right before it is written (Claude Code rewrites ``.claude.json`` while it
 runs), only bir's keys are merged in, and it is replaced atomically keeping its mode. Each file is
@@ -114,8 +118,20 @@ def _script_name(command: object) -> str | None:
     return Path(words[0]).name if words else None
 
 
+def is_mcp_hook(hook: object) -> bool:
+    """Whether a hook entry is one ``bir install --mcp-hooks`` wrote (``mcp_tool`` on bir's ``hook`` tool)."""
+    return (
+        isinstance(hook, dict)
+        and hook.get("type") == "mcp_tool"
+        and hook.get("server") == api.MCP_HOOK_SERVER
+        and hook.get("tool") == api.MCP_HOOK_TOOL
+    )
+
+
 def is_bir_hook(hook: object) -> bool:
-    """Whether a hook entry is one ``bir install`` wrote (a command ``…/bir-hook EVENT``)."""
+    """Whether a hook entry is one ``bir install`` wrote: a command ``…/bir-hook EVENT``, or bir's ``mcp_tool``."""
+    if is_mcp_hook(hook):
+        return True
     if not isinstance(hook, dict) or hook.get("type") != "command":
         return False
     command = hook.get("command")
@@ -142,9 +158,25 @@ def hook_command(exes: Executables, event: str) -> str:
     return f"{shlex.quote(str(exes.hook))} {event}"
 
 
-def merge_hooks(settings: Mapping[str, Any], exes: Executables) -> tuple[dict[str, Any], list[str]]:
+def mcp_hook(event: str) -> dict[str, Any]:
+    """bir's ``mcp_tool`` hook for a tool event: every hook input field, interpolated, to bir's ``hook`` tool."""
+    hook: dict[str, Any] = {"type": "mcp_tool", "server": api.MCP_HOOK_SERVER, "tool": api.MCP_HOOK_TOOL}
+    return {**hook, "input": dict(api.MCP_HOOK_INPUT), "timeout": HOOK_EVENTS[event][0]}
+
+
+def bir_hook(exes: Executables, event: str, *, mcp_hooks: bool = False) -> dict[str, Any]:
+    """The hook entry install writes for ``event``."""
+    if mcp_hooks and event in api.MCP_HOOK_EVENTS:
+        return mcp_hook(event)
+    return {"type": "command", "command": hook_command(exes, event), "timeout": HOOK_EVENTS[event][0]}
+
+
+def merge_hooks(
+    settings: Mapping[str, Any], exes: Executables, *, mcp_hooks: bool = False
+) -> tuple[dict[str, Any], list[str]]:
     """``settings`` with bir's hook for each event replaced in place (or appended), every other key,
-    group and hook kept in order; and the events whose hook was added or changed.
+    group and hook kept in order; and the events whose hook was added or changed. ``mcp_hooks``: the
+    tool events get bir's ``mcp_tool`` hook instead of the command.
 
     Raises:
         InstallError: ``hooks`` or an event's list is not the shape Claude Code reads.
@@ -155,8 +187,8 @@ def merge_hooks(settings: Mapping[str, Any], exes: Executables) -> tuple[dict[st
         raise InstallError('"hooks" is not an object')
     hooks = dict(hooks)
     changed: list[str] = []
-    for event, (timeout, tool_event) in HOOK_EVENTS.items():
-        ours = {"type": "command", "command": hook_command(exes, event), "timeout": timeout}
+    for event, (_, tool_event) in HOOK_EVENTS.items():
+        ours = bir_hook(exes, event, mcp_hooks=mcp_hooks)
         groups = hooks.get(event, [])
         if not isinstance(groups, list):
             raise InstallError(f'"hooks.{event}" is not a list')
@@ -427,6 +459,7 @@ class Change:
     servers_left: dict[str, str] = field(default_factory=dict)
     servers_restored: list[str] = field(default_factory=list)
     bir_server: bool = False
+    mcp_hooks: bool = False
     backup_dir: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -442,6 +475,7 @@ class Change:
             "serversLeftAlone": self.servers_left,
             "serversRestored": self.servers_restored,
             "birServer": self.bir_server,
+            "mcpHooks": self.mcp_hooks,
             "backupDir": self.backup_dir,
         }
 
@@ -483,14 +517,17 @@ def install(
     *,
     replay: bool,
     exes: Executables,
+    mcp_hooks: bool = False,
     env: Mapping[str, str] | None = None,
 ) -> Change:
     """Install bir in the project (idempotent); see the module's docstring.
 
     Raises:
-        InstallError: a file is not valid JSON or not the expected shape (nothing changed), or one
-            cannot be written.
+        InstallError: a file is not valid JSON or not the expected shape (nothing changed), one
+            cannot be written, or ``mcp_hooks`` without ``replay`` (the hooks need the ``bir`` server).
     """
+    if mcp_hooks and not replay:
+        raise InstallError("--mcp-hooks needs --replay: the hooks are answered by the `bir` MCP server")
     project = resolve_project(project_dir)
     if not project.is_dir():
         raise InstallError(f"{project} is not a directory")
@@ -500,7 +537,7 @@ def install(
     user_path = claude_config_file(env)
     # Read every file first: one that is not valid JSON stops the install before anything changes.
     _, settings_doc = read_json_file(settings_path)
-    merge_hooks(settings_doc, exes)
+    merge_hooks(settings_doc, exes, mcp_hooks=mcp_hooks)
     _, mcp_doc = read_json_file(mcp_path)
     _, config_doc = read_json_file(user_path)
     project_servers = _servers_of(mcp_doc, mcp_path)
@@ -532,7 +569,7 @@ def install(
     writer = _Writer(project, record, change, home)
     created_claude_dir = not settings_path.parent.exists()
     try:
-        writer.write(settings_path, lambda doc: merge_hooks(doc, exes)[0], mode=0o644)
+        writer.write(settings_path, lambda doc: merge_hooks(doc, exes, mcp_hooks=mcp_hooks)[0], mode=0o644)
 
         def servers(doc: dict[str, Any]) -> dict[str, Any]:
             local = _local_servers(doc, project)
@@ -552,8 +589,10 @@ def install(
     change.servers_wrapped = plan.wrapped
     change.servers_left = plan.skipped
     change.bir_server = replay
+    change.mcp_hooks = mcp_hooks
     new_record = {
         **record,
+        "mcpHooks": mcp_hooks,
         "files": writer.files,
         "localServers": owned,
         "previousLocal": previous,
@@ -615,13 +654,16 @@ def uninstall(
     *,
     replay_only: bool = False,
     env: Mapping[str, str] | None = None,
+    exes: Executables | None = None,
 ) -> Change:
     """Take bir out of the project: restore what install changed (``replay_only``: only the ``bir``
-    server, and replay off).
+    server, and replay off; ``mcp_tool`` hooks on it become ``bir-hook`` commands of ``exes``, by
+    default this installation's).
 
     Raises:
-        InstallError: a file is not valid JSON (nothing changed), one cannot be written, or bir is
-            not installed in the project.
+        InstallError: a file is not valid JSON (nothing changed), one cannot be written, bir is
+            not installed in the project, or its ``mcp_tool`` hooks need this installation's
+            ``bir-hook`` and it has none.
     """
     project = resolve_project(project_dir)
     home = config.home(env)
@@ -634,7 +676,7 @@ def uninstall(
     previous = dict(record.get("previousLocal", {}))
     settings_path = project / ".claude" / "settings.local.json"
     user_path = claude_config_file(env)
-    read_json_file(settings_path)
+    _, settings_doc = read_json_file(settings_path)
     read_json_file(user_path)
     change = Change(project=str(project), action="uninstall --replay" if replay_only else "uninstall", replay=False)
     names = [BIR_SERVER] if replay_only else owned
@@ -655,12 +697,20 @@ def uninstall(
                 if after != before:
                     write_atomic(path=user_path, data=after)
                     change.files_changed.append(str(user_path))
+            if _has_mcp_hooks(settings_doc):
+                _commands_for_mcp_hooks(settings_path, exes or find_executables(), files, change)
             owned = [n for n in owned if n != BIR_SERVER]
             previous.pop(BIR_SERVER, None)
             # bir's own write to .claude.json no longer matches a byte-for-byte restore.
             if str(user_path) in files:
                 files[str(user_path)] = {**files[str(user_path)], "exact": False}
-            new_record = {**record, "files": files, "localServers": owned, "previousLocal": previous}
+            new_record = {
+                **record,
+                "files": files,
+                "localServers": owned,
+                "previousLocal": previous,
+                "mcpHooks": False,
+            }
             installed.update(project, home, replay=False, install=new_record)
             return change
         _put_back(settings_path, files.get(str(settings_path)), strip_hooks, change)
@@ -675,6 +725,29 @@ def uninstall(
     return change
 
 
+def _has_mcp_hooks(settings: Mapping[str, Any]) -> bool:
+    hooks = settings.get("hooks")
+    for groups in hooks.values() if isinstance(hooks, dict) else ():
+        for group in groups if isinstance(groups, list) else ():
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if isinstance(inner, list) and any(is_mcp_hook(h) for h in inner):
+                return True
+    return False
+
+
+def _commands_for_mcp_hooks(settings_path: Path, exes: Executables, files: dict[str, Any], change: Change) -> None:
+    """Turn bir's ``mcp_tool`` hooks back into ``bir-hook`` commands (the ``bir`` server is going away)."""
+    before, doc = read_json_file(settings_path)
+    after = render_json(merge_hooks(doc, exes)[0], before)
+    if after == before:
+        return
+    write_atomic(settings_path, after)
+    change.files_changed.append(str(settings_path))
+    if str(settings_path) in files:
+        # A later full uninstall restores the backup only while the file is as install left it.
+        files[str(settings_path)] = {**files[str(settings_path)], "sha256": _digest(after)}
+
+
 def describe(change: Change) -> str:
     """What ``change`` did, in sentences."""
     lines: list[str] = []
@@ -686,7 +759,15 @@ def describe(change: Change) -> str:
             lines.append(f"  changed {path}")
         if not change.files_created and not change.files_changed:
             lines.append("  Nothing needed changing: it was already installed this way.")
-        lines.append(f"  Hooks for {', '.join(change.hooks)} run {_HOOK_SCRIPT} (in .claude/settings.local.json).")
+        if change.mcp_hooks:
+            commands = [e for e in change.hooks if e not in api.MCP_HOOK_EVENTS]
+            lines.append(f"  Hooks for {', '.join(commands)} run {_HOOK_SCRIPT} (in .claude/settings.local.json).")
+            lines.append(
+                f"  Hooks for {', '.join(api.MCP_HOOK_EVENTS)} are mcp_tool hooks on the `bir` MCP server "
+                "(no process per tool call)."
+            )
+        else:
+            lines.append(f"  Hooks for {', '.join(change.hooks)} run {_HOOK_SCRIPT} (in .claude/settings.local.json).")
         if change.servers_wrapped:
             lines.append(f"  MCP servers behind bir-proxy (local scope): {', '.join(change.servers_wrapped)}.")
         for name, why in change.servers_left.items():

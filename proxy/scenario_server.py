@@ -18,6 +18,9 @@ project's ``editing`` switch is on (``bir scenario editing on``, looked at with 
 ``BIR_SCENARIO_TOOLS=read``, and answered even unlisted; the changing ones are listed and run only with
 editing on. A change of the list is announced the same way.
 
+The ``hook`` tool (``bir.proxy.hook_tool``, unlisted) answers the tool events of ``bir install
+--mcp-hooks``: Claude Code's ``mcp_tool`` hooks, POSTed to the control server's hook routes.
+
 Usage: ``bir-scenario [--project DIR]`` (the project directory defaults to the working directory).
 """
 
@@ -44,6 +47,7 @@ from bir.core import config, installed
 from bir.core.log import log_event
 from bir.hooks import api
 from bir.hooks.discovery import Discovery, read_discovery
+from bir.proxy.hook_tool import answer_hook
 from bir.proxy.scenario_answer import (
     RUN_SCENARIO_DESCRIPTION,
     RUN_SCENARIO_INPUT_SCHEMA,
@@ -172,6 +176,20 @@ class ControlClient:
             return unavailable(f"/scenario/run answered more than {MAX_REPLY_BYTES} bytes")
         return answer_from_reply(status, reply)
 
+    async def post_hook(self, route: str, body: bytes, timeout_s: float) -> tuple[int, bytes]:
+        """POST a hook input to a hook route of this project's control server, within ``timeout_s``.
+
+        Raises:
+            LookupError: no control server is running for the project.
+            TimeoutError: no answer within ``timeout_s``.
+            httpx.HTTPError: the request failed.
+        """
+        found = self.discovery()
+        if found is None:
+            raise LookupError("no discovery file for this project")
+        with anyio.fail_after(timeout_s):
+            return await self._post(found, route, body)
+
     async def hello(self, payload: api.Hello) -> None:
         """``POST /scenario/hello``, bounded at 1 s; logs and swallows every failure."""
         found = self.discovery()
@@ -185,10 +203,13 @@ class ControlClient:
             return
         log_event("scenario.hello", ok=status == 200, status=status, tools=payload.tools, off=payload.off)
 
-    async def _post(self, found: Discovery, route: str, body: api.ScenarioRunRequest | api.Hello) -> tuple[int, bytes]:
+    async def _post(
+        self, found: Discovery, route: str, body: api.ScenarioRunRequest | api.Hello | bytes
+    ) -> tuple[int, bytes]:
         url = found.url.rstrip("/") + route
         headers = {"Authorization": f"Bearer {found.token}", "Content-Type": "application/json"}
-        async with self._http.stream("POST", url, content=api.encode(body), headers=headers) as response:
+        content = body if isinstance(body, bytes) else api.encode(body)
+        async with self._http.stream("POST", url, content=content, headers=headers) as response:
             chunks: list[bytes] = []
             size = 0
             async for chunk in response.aiter_bytes():
@@ -301,6 +322,8 @@ class ScenarioServer:
     ) -> types.CallToolResult:
         if params.name in READ_TOOLS or params.name in CHANGE_TOOLS:
             return await self._scenario_tool(params)
+        if params.name == api.MCP_HOOK_TOOL:
+            return await self._hook(params)
         if params.name != RUN_SCENARIO_NAME:
             return _result(f"Unknown tool: {params.name[:100]}", is_error=True)
         tool_use_id = _tool_use_id(params.meta)
@@ -317,6 +340,14 @@ class ScenarioServer:
         text, is_error = answer.render(debug=self.settings.debug)
         log_event("scenario.answered", kind=answer.kind, reason=answer.reason, toolUseId=tool_use_id, chars=len(text))
         return _result(text, is_error=is_error)
+
+    async def _hook(self, params: types.CallToolRequestParams) -> types.CallToolResult:
+        # The off switch is read on every call, as bir-hook does: `bir off` takes effect at once.
+        off = self.switch.read()
+        reply = await answer_hook(params.arguments, params.meta, off=off, post=self.control.post_hook)
+        if reply.failure is not None:
+            log_event("scenario.hook", ok=False, hookEvent=reply.event, reason=reply.failure)
+        return _result(reply.text, is_error=False)
 
     async def _send_hello(self) -> None:
         payload = api.Hello(pid=os.getpid(), version=self._version, tools=len(self.tools()), off=self.off)

@@ -425,3 +425,41 @@ def test_an_off_script_bash_call_prints_the_bundle_as_its_output_and_reports_div
     (report,) = reports(case.fake)
     assert report["outcome"] == "diverged"
     assert report["stepsPinned"] == 1
+
+
+def test_with_mcp_hooks_the_tool_events_go_through_the_bir_server_and_a_steered_session_reports_steered_full(
+    claude_binary: Path, case: Case
+) -> None:
+    installed = case.bir("install", "--replay", "--mcp-hooks", "--project", str(case.project))
+    assert installed.returncode == 0, installed.stderr
+    settings = json.loads((case.project / ".claude" / "settings.local.json").read_text())
+    for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
+        assert [h["type"] for g in settings["hooks"][event] for h in g["hooks"]] == ["mcp_tool"]
+    ticket = mixed_hit(case)
+    case.start_server()
+    api = FakeMessagesApi(
+        [
+            call("mcp__fleet__list_devices", {"region": "somewhere"}, tool_id="toolu_list"),
+            call("Read", {"file_path": "/placeholder.json"}, tool_id="toolu_read"),
+            call("Bash", {"command": "git log", "description": "last deploy"}, tool_id="toolu_bash"),
+            lambda request: say("Last deploy: " + request.tool_result_text("toolu_bash").strip()),
+        ]
+    )
+    with api.serve():
+        run = case.claude(claude_binary, api)
+
+    assert run.exit_code == 0, run.describe()
+    assert api.failures == []
+    assert DIRECTIVE_TAG in api.requests[0].text()
+    # The hook tool is never offered to the model.
+    assert "mcp__bir__hook" not in api.requests[0].tool_names()
+    # The PreToolUse answers (updatedInput) came back through the mcp_tool hooks and were applied.
+    assert case.fleet_calls() == [{"tool": "list_devices", "arguments": {"region": "eu-west-1", "limit": None}}]
+    assert '"risk": 70' in api.requests[2].tool_result_text("toolu_read")
+    assert DEPLOY in api.requests[3].tool_result_text("toolu_bash")
+    assert len(case.log_events("replay.threaded")) == 3
+    wait_for(lambda: len(reports(case.fake)) == 1, 30, "one execution report")
+    (report,) = reports(case.fake)
+    assert report["outcome"] == "steered_full"
+    assert report["ticket"] == ticket
+    assert report["stepsPinned"] == 3

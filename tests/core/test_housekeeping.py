@@ -45,6 +45,7 @@ def test_a_shell_command_with_anything_but_bir_and_cd_is_recorded(command: str) 
 def test_bir_mcp_tools_and_tool_search_are_housekeeping() -> None:
     assert is_housekeeping("mcp__bir__run_scenario", {"request": "x"})
     assert is_housekeeping("mcp__bir__scenario_show", {})
+    assert is_housekeeping("mcp__bir__hook", {"session_id": "s", "hook_event_name": "PreToolUse"})
     assert is_housekeeping("ToolSearch", {"query": "select:mcp__bir__run_scenario"})
 
 

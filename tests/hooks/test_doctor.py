@@ -185,3 +185,23 @@ def test_a_control_server_that_does_not_answer_is_broken() -> None:
     control = [f for f in diagnosis.findings if f.topic == "control"]
     assert control[0].level == "broken"
     assert control[0].fix == "bir down && bir up"
+
+
+def test_mcp_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_gone(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["install", "--replay", "--mcp-hooks", "--project", str(project)]) == 0
+    capsys.readouterr()
+    _, data = doctor_json(capsys, project)
+    ok = finding(data, "hooks", "all 7 hooks as expected")
+    assert ok["level"] == "ok"
+    assert "PreToolUse, PostToolUse, PostToolUseFailure as mcp_tool hooks" in ok["text"]
+
+    # The bir server taken out by hand: the mcp_tool hooks would reach nothing.
+    config_path = Path.home() / ".claude.json"
+    config = json.loads(config_path.read_text())
+    del config["projects"][str(project)]["mcpServers"]["bir"]
+    config_path.write_text(json.dumps(config))
+    _, data = doctor_json(capsys, project)
+    broken = finding(data, "hooks", "PreToolUse: an mcp_tool hook on the `bir` MCP server, which is not registered")
+    assert (broken["level"], broken["fix"]) == ("broken", "bir install --replay --mcp-hooks")

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from bir.core import installed
+from bir.hooks import api
 from bir.hooks.install import (
     HOOK_EVENTS,
     InstallError,
+    describe,
     find_executables,
     install,
     merge_hooks,
@@ -394,3 +396,99 @@ def test_the_command_exits_1_naming_a_bad_file(env: dict[str, str], project: Pat
     assert done.returncode == 1
     assert str(_claude_json(env)) in done.stderr
     assert done.stdout == ""
+
+
+# -- --mcp-hooks: the tool events as mcp_tool hooks on the bir server ---------------------------------------
+
+
+def _mcp_hook(event: str) -> dict[str, Any]:
+    return {
+        "type": "mcp_tool",
+        "server": "bir",
+        "tool": "hook",
+        "input": {name: "${" + name + "}" for name in api.MCP_HOOK_FIELDS},
+        "timeout": HOOK_EVENTS[event][0],
+    }
+
+
+def test_mcp_hooks_make_the_tool_events_mcp_tool_hooks_and_leave_the_other_four_commands(
+    env: dict[str, str], project: Path
+) -> None:
+    _seed(env, project)
+    change = install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
+
+    hooks = _settings(project)["hooks"]
+    assert list(hooks) == list(HOOK_EVENTS)
+    for event, (timeout, _) in HOOK_EVENTS.items():
+        [group] = hooks[event]
+        [hook] = group["hooks"]
+        if event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
+            assert group["matcher"] == "*"
+            assert hook == _mcp_hook(event)
+        else:
+            assert hook == {"type": "command", "command": f"{EXES.hook} {event}", "timeout": timeout}
+    assert hooks["PreToolUse"][0]["hooks"][0]["input"]["tool_input"] == "${tool_input}"
+    assert _local(env, project)["bir"]["command"] == str(EXES.scenario)
+    assert change.mcp_hooks is True
+    assert "mcp_tool hooks on the `bir` MCP server" in describe(change)
+
+
+def test_mcp_hooks_without_replay_are_refused_and_nothing_changes(env: dict[str, str], project: Path) -> None:
+    before = _seed(env, project)
+    with pytest.raises(InstallError, match="--mcp-hooks needs --replay"):
+        install(project, replay=False, mcp_hooks=True, exes=EXES, env=env)
+    assert _claude_json(env).read_bytes() == before
+    assert not (project / ".claude").exists()
+    done = _bir("install", "--mcp-hooks", "--project", str(project), env=env)
+    assert done.returncode == 1
+    assert "--mcp-hooks needs --replay" in done.stderr
+
+
+def test_installing_again_without_mcp_hooks_puts_the_commands_back_in_place(env: dict[str, str], project: Path) -> None:
+    _seed(env, project)
+    install(project, replay=True, exes=EXES, env=env)
+    plain = _settings(project)
+    install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
+    assert _settings(project) != plain
+    install(project, replay=True, exes=EXES, env=env)
+    assert _settings(project) == plain
+
+
+def test_uninstall_replay_turns_the_mcp_hooks_back_into_commands_and_uninstall_restores_every_byte(
+    env: dict[str, str], project: Path
+) -> None:
+    original_claude = _seed(env, project)
+    settings_path = project / ".claude" / "settings.local.json"
+    settings_path.parent.mkdir()
+    theirs = {"type": "command", "command": "lint"}
+    original_settings = _write_json(settings_path, {"hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [theirs]}]}})
+    install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
+    assert _settings(project)["hooks"]["PostToolUse"][0]["hooks"] == [theirs]
+
+    change = uninstall(project, replay_only=True, env=env, exes=EXES)
+
+    assert "bir" not in _local(env, project)
+    hooks = _settings(project)["hooks"]
+    for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
+        ours = [h for group in hooks[event] for h in group["hooks"] if h != theirs]
+        assert ours == [{"type": "command", "command": f"{EXES.hook} {event}", "timeout": HOOK_EVENTS[event][0]}]
+    assert str(settings_path) in change.files_changed
+
+    uninstall(project, env=env)
+    assert settings_path.read_bytes() == original_settings
+    assert _claude_json(env).read_bytes() == original_claude
+
+
+def test_uninstall_takes_the_mcp_hooks_out_exactly_when_someone_changed_the_file_since(
+    env: dict[str, str], project: Path
+) -> None:
+    _seed(env, project)
+    install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
+    settings_path = project / ".claude" / "settings.local.json"
+    doc = _settings(project)
+    doc["permissions"] = {"allow": ["Bash(ls)"]}
+    _write_json(settings_path, doc)
+
+    uninstall(project, env=env)
+
+    assert _settings(project) == {"permissions": {"allow": ["Bash(ls)"]}}
