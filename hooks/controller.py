@@ -41,12 +41,9 @@ from bir.hooks.routes import ReceivedStep
 from bir.hooks.run_booking import book, draft
 from bir.hooks.session_executor import SessionExecutor
 from bir.hooks.session_state import PendingCall, Run, Session, SessionTable, SteerState
-from bir.hooks.steer import SteerDriver
+from bir.hooks.steer import PROXY_REPORT_GRACE_S, RUN_SCENARIO_TOOL, SteerDriver
 from bir.hooks.work_queue import ProxyWorkQueue
 
-RUN_SCENARIO_TOOL: Final = "mcp__bir__run_scenario"
-# §7.2: how long a wrapped call's PostToolUse waits for its proxy's report before it records the hook's view.
-PROXY_REPORT_GRACE_S: Final = 1.5
 # A sealed run's usage is read when the transcript is complete: at SessionEnd, the next prompt, or this long after Stop.
 FINALIZE_AFTER_STOP_S: Final = 10.0
 # Match and arming together stay under this, inside the prompt route's 7 s deadline (§10).

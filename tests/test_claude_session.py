@@ -365,12 +365,9 @@ def mixed_hit(case: Case) -> str:
     return ticket
 
 
-def test_a_steered_session_runs_each_call_with_the_steps_arguments_and_reports_steered_full(
-    claude_binary: Path, case: Case
-) -> None:
-    ticket = mixed_hit(case)
-    case.start_server()
-    api = FakeMessagesApi(
+def placeholder_model() -> FakeMessagesApi:
+    """A model that calls the three tools of fleet-mixed in order with placeholder arguments, then answers."""
+    return FakeMessagesApi(
         [
             call("mcp__fleet__list_devices", {"region": "somewhere"}, tool_id="toolu_list"),
             call("Read", {"file_path": "/placeholder.json"}, tool_id="toolu_read"),
@@ -378,6 +375,14 @@ def test_a_steered_session_runs_each_call_with_the_steps_arguments_and_reports_s
             lambda request: say("Last deploy: " + request.tool_result_text("toolu_bash").strip()),
         ]
     )
+
+
+def test_a_steered_session_runs_each_call_with_the_steps_arguments_and_reports_steered_full(
+    claude_binary: Path, case: Case
+) -> None:
+    ticket = mixed_hit(case)
+    case.start_server()
+    api = placeholder_model()
     with api.serve():
         run = case.claude(claude_binary, api)
 
@@ -437,14 +442,7 @@ def test_with_mcp_hooks_the_tool_events_go_through_the_bir_server_and_a_steered_
         assert [h["type"] for g in settings["hooks"][event] for h in g["hooks"]] == ["mcp_tool"]
     ticket = mixed_hit(case)
     case.start_server()
-    api = FakeMessagesApi(
-        [
-            call("mcp__fleet__list_devices", {"region": "somewhere"}, tool_id="toolu_list"),
-            call("Read", {"file_path": "/placeholder.json"}, tool_id="toolu_read"),
-            call("Bash", {"command": "git log", "description": "last deploy"}, tool_id="toolu_bash"),
-            lambda request: say("Last deploy: " + request.tool_result_text("toolu_bash").strip()),
-        ]
-    )
+    api = placeholder_model()
     with api.serve():
         run = case.claude(claude_binary, api)
 
