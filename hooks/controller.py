@@ -50,8 +50,9 @@ FINALIZE_AFTER_STOP_S: Final = 10.0
 ARM_BUDGET_S: Final = 6.0
 # A steer plan with a shell or file-write step may spend this much of the prompt's budget on its preview (§7).
 PREVIEW_BUDGET_S: Final = 1.2
-# How long a direct plan waits for a bir-scenario's first hello before it declines no_delivery_tool.
-HELLO_WAIT_S: Final = 2.5
+# How long a prompt waits for the proxies bir installed and for bir-scenario's first hello to register
+# before the plan's mode is decided (a session's first prompt can beat its MCP servers).
+SETTLE_WAIT_S: Final = 2.5
 # A direct run stays under this, so it answers before bir-scenario gives up (§10).
 DIRECT_CEILING_S: Final = 270.0
 MAX_OUTPUT_CHARS: Final = 100_000
@@ -144,6 +145,7 @@ class Controller:
         switches: SwitchReader,
         delivery_live: Callable[[], bool],
         wait_for_delivery: Callable[[float], Awaitable[bool]] | None = None,
+        expected_wrapped: Callable[[], frozenset[str]] = frozenset,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue = queue
@@ -155,6 +157,7 @@ class Controller:
         self.switches = switches
         self.delivery_live = delivery_live
         self.wait_for_delivery = wait_for_delivery or _no_wait
+        self.expected_wrapped = expected_wrapped
         self.sessions = SessionTable()
         self.health = ServiceHealth()
         self.gate = MatchGate()
@@ -335,13 +338,23 @@ class Controller:
                 can_derive=bool(key) or self.service.configured,
             )
 
+        # A session's first prompt can come while its MCP servers are still starting (Claude Code starts
+        # them beside the first hooks, and a revived control server after them): the proxies bir installed
+        # and bir-scenario's hello are given a moment to land, so the mode is decided on what will be there.
+        began = self._clock()
+        unregistered = self._unregistered(matched)
+        if unregistered:
+            log_event("replay.proxy_wait", run_id=run.run_id, servers=sorted(unregistered))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*(self.queue.wait_served(name) for name in unregistered)), SETTLE_WAIT_S
+                )
         verdict = decide()
-        # A session's first prompt can come while its bir-scenario is still starting (Claude Code starts
-        # its MCP servers beside the first hooks): its hello is given a moment to land.
         waiting_for_hello = isinstance(verdict, Decline) and verdict.code == "no_delivery_tool"
         if waiting_for_hello:
-            log_event("replay.hello_wait", run_id=run.run_id, within_ms=int(HELLO_WAIT_S * 1000))
-            if await self.wait_for_delivery(HELLO_WAIT_S):
+            left_s = max(0.0, SETTLE_WAIT_S - (self._clock() - began))
+            log_event("replay.hello_wait", run_id=run.run_id, within_ms=int(left_s * 1000))
+            if await self.wait_for_delivery(left_s):
                 verdict = decide()
         if isinstance(verdict, Decline):
             self._decline(run, matched, verdict)
@@ -384,6 +397,16 @@ class Controller:
             similarity=matched.similarity,
         )
         return plan.steering_directive()
+
+    def _unregistered(self, matched: Matched) -> set[str]:
+        """The servers of the scenario's MCP steps that bir installed behind a proxy and whose proxy has not
+        registered yet."""
+        scenario = matched.scenario
+        if scenario is None:
+            return set()
+        expected = self.expected_wrapped()
+        servers = {parsed[0] for step in scenario.steps if (parsed := parse_qualified_name(step.tool_name))}
+        return {name for name in servers if name in expected and name not in self.wrapped}
 
     def _plan(self, run: Run, armable: Armable, key: str | None) -> ScenarioReplayPlan:
         scenario: Scenario = armable.scenario

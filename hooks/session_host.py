@@ -16,6 +16,7 @@ from bir.core import config, installed
 from bir.core.service import ServiceClient
 from bir.evaluator import EvaluatorPool
 from bir.hooks.controller import Controller, Switches
+from bir.hooks.install import BIR_SERVER
 from bir.hooks.outbox import Outbox
 from bir.hooks.recorder import Recorder
 from bir.hooks.server import ControlServer
@@ -47,6 +48,20 @@ def read_switches(server: ControlServer, project: Path) -> Callable[[], Switches
     return read
 
 
+def installed_proxies(project: Path) -> frozenset[str]:
+    """The servers ``bir install`` put behind ``bir-proxy`` for ``project`` (their proxies will register)."""
+    try:
+        stored = installed.project(project)
+    except installed.StoreError:
+        return frozenset()
+    if stored is None:
+        return frozenset()
+    names = stored.install.get("localServers")
+    if not isinstance(names, list):
+        return frozenset()
+    return frozenset(n for n in names if isinstance(n, str) and n != BIR_SERVER)
+
+
 @contextlib.asynccontextmanager
 async def live_controller(
     server: ControlServer,
@@ -72,6 +87,7 @@ async def live_controller(
             switches=switches or read_switches(server, project),
             delivery_live=server.delivery_tool_live,
             wait_for_delivery=server.wait_for_delivery_tool,
+            expected_wrapped=lambda: installed_proxies(project),
         )
         controller.switches()
         server.hook_handler = controller

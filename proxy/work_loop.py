@@ -6,7 +6,8 @@ of the control server only slows it down. Its pace:
 * a held poll that came back empty re-polls at once;
 * ``{replay: false}``, or an answer that came back at once, waits ``idle_s`` (30 s) first;
 * a control server that cannot be reached is retried with a backoff of at most 5 s, through
-  discovery again (it may have restarted elsewhere), and registered again when it answers.
+  discovery again (it may have restarted elsewhere), and registered again when it answers; with no
+  discovery file at all it looks again at least once a second (a file read).
 
 Each work item runs upstream as a ``bir:`` request with a budget a little under the control
 server's own (``timeoutMs - min(1000, timeoutMs / 10)``), so the cancellation reaches the upstream
@@ -49,6 +50,7 @@ class Pace:
     instant_s: float = 1.0
     backoff_first_s: float = 0.25
     backoff_max_s: float = 5.0
+    no_server_s: float = 1.0
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
 
 
@@ -128,7 +130,10 @@ class WorkLoop:
         while True:
             client = await self._connect()
             if client is None:
-                await self._pace.sleep(backoff)
+                # No discovery file yet: looking again is a file read, so it stays frequent. A server a hook
+                # revives after this proxy started is then found within a second, before the first prompt's
+                # plan is decided (that prompt waits a moment for the installed proxies).
+                await self._pace.sleep(min(backoff, self._pace.no_server_s))
                 backoff = min(backoff * 2, self._pace.backoff_max_s)
                 continue
             try:

@@ -245,3 +245,29 @@ async def test_with_no_bir_scenario_a_direct_plan_declines_no_delivery_tool(rig:
     assert await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT)) == {}
     [declined] = rig.events("replay.decision")
     assert declined["code"] == "no_delivery_tool"
+
+
+async def test_a_first_prompt_waits_a_moment_for_the_proxies_bir_installed_before_choosing_the_mode(
+    rig: Rig,
+) -> None:
+    data = scenario()
+    for step in data["steps"]:
+        step["toolName"] = step["toolName"].replace("mcp__fleet__", "mcp__late__")
+    rig.fake.add_match(PROMPT, data, similarity=0.95)
+    rig.fake.derive_answers[data["id"]] = Canned(200, {"params": {"region": "eu-west-1", "limit": 200}, "missing": []})
+    rig.controller.expected_wrapped = lambda: frozenset({"late"})
+    answers: list[dict[str, Any]] = []
+
+    async def prompt() -> None:
+        answers.append(await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT)))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(prompt)
+        with anyio.fail_after(10):
+            while not rig.events("replay.proxy_wait"):  # noqa: ASYNC110 - the prompt waits in the background
+                await anyio.sleep(0.02)
+        register = {"serverName": "late", "proxyId": "px-late", "pid": os.getpid()}
+        assert (await rig.http.post("/proxy/register", json=register)).status_code == 200
+    [armed] = rig.events("plan.armed")
+    assert armed["mode"] == "direct"
+    assert "Call mcp__bir__run_scenario once" in answers[0]["hookSpecificOutput"]["additionalContext"]

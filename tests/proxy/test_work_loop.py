@@ -102,10 +102,12 @@ async def test_no_control_server_at_all_leaves_a_plain_relay_that_keeps_looking(
         looked.append(project)
         return None
 
-    sleeps = _Sleeps(stop_after=3)
+    sleeps = _Sleeps(stop_after=6)
     loop = _loop(find, sleeps)
     await _run_until(loop, sleeps)
-    assert len(looked) == 3
+    assert len(looked) == 6
+    # Looking for the discovery file is cheap: at least once a second, so a revived server is found soon.
+    assert sleeps.taken == [0.25, 0.5, 1.0, 1.0, 1.0, 1.0]
     assert not loop.known
 
 
