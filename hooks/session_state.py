@@ -64,6 +64,7 @@ class SteerState:
     # tool_use_id → the note its PostToolUse carries (an abandoned plan's "the arguments are yours").
     notes: dict[str, str] = field(default_factory=dict)
     source: SourceRun | None = None
+    deciding: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass

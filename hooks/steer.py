@@ -122,21 +122,24 @@ class SteerDriver:
         if hook.permission_mode == "plan":
             # Plan mode: nothing is pinned or approved (§14).
             return api.EMPTY_HOOK_ANSWER
-        pin = state.in_flight
-        if pin is not None and not pin.last and not await self._wait_for_thread(pin, deadline):
-            return self._concurrent(run, plan, pin)
-        if run.phase not in ("announced", "running") or plan.stopped or plan.is_done():
-            return api.EMPTY_HOOK_ANSWER
-        run.phase = "running"
-        if tool_use_id is not None and tool == plan.expected_tool():
-            return await self._pin(run, plan, state, hook, tool_use_id)
-        if state.declined and tool_use_id is not None:
-            # The model did the declined step its own way and moved on: nothing is run for it (§7).
-            state.notes[tool_use_id] = OWN_ARGUMENTS_NOTE
-            log_event("replay.pin_abandoned", run_id=run.run_id, scenario_id=plan.scenario_id, tool=tool)
-            self._end(run, plan, "retired")
-            return api.EMPTY_HOOK_ANSWER
-        return await self._diverge(run, plan, hook, deadline)
+        # Parallel tool calls reach this concurrently: one decides at a time, so two calls can never be
+        # pinned to the same step (the second sees the first's pin in flight).
+        async with state.deciding:
+            pin = state.in_flight
+            if pin is not None and not pin.last and not await self._wait_for_thread(pin, deadline):
+                return self._concurrent(run, plan, pin)
+            if run.phase not in ("announced", "running") or plan.stopped or plan.is_done():
+                return api.EMPTY_HOOK_ANSWER
+            run.phase = "running"
+            if tool_use_id is not None and tool == plan.expected_tool():
+                return await self._pin(run, plan, state, hook, tool_use_id)
+            if state.declined and tool_use_id is not None:
+                # The model did the declined step its own way and moved on: nothing is run for it (§7).
+                state.notes[tool_use_id] = OWN_ARGUMENTS_NOTE
+                log_event("replay.pin_abandoned", run_id=run.run_id, scenario_id=plan.scenario_id, tool=tool)
+                self._end(run, plan, "retired")
+                return api.EMPTY_HOOK_ANSWER
+            return await self._diverge(run, plan, hook, deadline)
 
     async def _wait_for_thread(self, pin: Pin, deadline: float) -> bool:
         """Wait for the in-flight pin to thread (§7); False when it is still beside this call."""

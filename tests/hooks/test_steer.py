@@ -360,3 +360,19 @@ async def test_a_pretooluse_past_its_deadline_retires_a_plan_getting_ready_or_an
     assert answer.permission_decision == "deny"
     assert answer.permission_decision_reason == note
     assert rig.events("replay.diverge_overran")
+
+
+async def test_two_parallel_calls_of_the_expected_tool_are_never_pinned_to_the_same_step(rig: Rig) -> None:
+    steer_hit(rig.fake, read_first())
+    await prompt(rig)
+    answers: dict[str, dict[str, Any]] = {}
+
+    async def call(tool_use_id: str) -> None:
+        answers[tool_use_id] = decision(await pre(rig, "Read", READ, tool_use_id))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call, "t1")
+        group.start_soon(call, "t2")
+    assert sorted(a.get("permissionDecision", "") for a in answers.values()) == ["allow", "deny"]
+    assert len(rig.events("replay.pinned")) == 1
+    assert rig.events("replay.concurrent_call")
