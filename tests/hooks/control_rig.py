@@ -7,7 +7,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +58,25 @@ class Rig:
             if record.get("event") == name:
                 found.append(record)
         return found
+
+    async def until(self, condition: Callable[[], object], seconds: float = 10.0) -> None:
+        """Wait for work the routes left in the background (the outbox, a cancelled run) to show."""
+        with anyio.fail_after(seconds):
+            while not condition():  # noqa: ASYNC110 - what is awaited is a log line or a fake's request
+                await anyio.sleep(0.02)
+
+    async def prompt_beside(self, event: str, action: Callable[[], Awaitable[object]]) -> dict[str, Any]:
+        """Post ``PROMPT``, run ``action`` once the prompt has logged ``event``, and answer the prompt's answer."""
+        answers: list[dict[str, Any]] = []
+
+        async def prompt() -> None:
+            answers.append(await self.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT)))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(prompt)
+            await self.until(lambda: self.events(event))
+            await action()
+        return answers[0]
 
 
 def hook_input(event: str, session: str = "sess-1", **fields: Any) -> dict[str, Any]:

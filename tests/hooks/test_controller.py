@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 import anyio
 import pytest
@@ -42,9 +41,7 @@ async def test_a_direct_hit_arms_announces_runs_through_the_proxy_and_reports_st
     await rig.hook("/tool/post", hook_input("PostToolUse", tool_name="mcp__bir__run_scenario", tool_use_id="toolu_1"))
     await rig.hook("/session/stop", hook_input("Stop", last_assistant_message="done"))
     await rig.hook("/session/end", hook_input("SessionEnd", reason="other"))
-    with anyio.fail_after(10):
-        while not rig.fake.requests_to("executions"):  # noqa: ASYNC110 - the report leaves in the background
-            await anyio.sleep(0.02)
+    await rig.until(lambda: rig.fake.requests_to("executions"))
     [report] = [r.body for r in rig.fake.requests_to("executions")]
     assert report["ticket"] == ticket
     assert report["outcome"] == "steered_full"
@@ -156,9 +153,7 @@ async def test_a_miss_records_each_settled_call_and_finishes_the_run_once(rig: R
     await rig.hook("/session/stop", hook_input("Stop", last_assistant_message="said hi"))
     await rig.hook("/session/end", hook_input("SessionEnd", reason="other"))
     [run_id] = [r.body["id"] for r in rig.fake.requests_to("match")]
-    with anyio.fail_after(10):
-        while not rig.fake.requests_to("finish"):  # noqa: ASYNC110 - the outbox sends in the background
-            await anyio.sleep(0.02)
+    await rig.until(lambda: rig.fake.requests_to("finish"))
     steps = rig.fake.steps_of(run_id)
     assert [(s["stepIndex"], s["toolName"]) for s in steps] == [(0, "Bash")]
     assert json.loads(steps[0]["toolOutput"]) == {"stdout": "hi"}
@@ -178,9 +173,7 @@ async def test_stop_racing_session_end_books_the_ticket_once(rig: Rig) -> None:
         group.start_soon(rig.hook, "/session/end", hook_input("SessionEnd", reason="other"))
         group.start_soon(rig.hook, "/session/end", hook_input("SessionEnd", reason="other"))
     assert len(rig.events("replay.reported")) == 1
-    with anyio.fail_after(10):
-        while ticket not in rig.fake.booked_tickets():  # noqa: ASYNC110 - the outbox sends in the background
-            await anyio.sleep(0.02)
+    await rig.until(lambda: ticket in rig.fake.booked_tickets())
     assert [r.body["ticket"] for r in rig.fake.requests_to("executions")] == [ticket]
 
 
@@ -203,9 +196,7 @@ async def test_esc_cancels_a_direct_run_and_the_note_reaches_the_model_on_its_ne
             await rig.http.post("/scenario/run", json={"toolUseId": "toolu_run"}, timeout=30)
 
     await run_then_escape()
-    with anyio.fail_after(10):
-        while not rig.events("replay.run_cancelled"):  # noqa: ASYNC110 - the run ends in the background
-            await anyio.sleep(0.02)
+    await rig.until(lambda: rig.events("replay.run_cancelled"))
     bash = {"command": "ls"}
     await rig.hook("/tool/pre", hook_input("PreToolUse", tool_name="Bash", tool_input=bash, tool_use_id="t2"))
     answer = await rig.hook(
@@ -223,19 +214,13 @@ async def test_esc_cancels_a_direct_run_and_the_note_reaches_the_model_on_its_ne
 async def test_a_first_prompt_waits_a_moment_for_a_bir_scenario_still_starting(rig: Rig) -> None:
     direct_hit(rig.fake)
     rig.server.hellos.clear()
-    answers: list[dict[str, Any]] = []
 
-    async def prompt() -> None:
-        answers.append(await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT)))
+    async def hello() -> None:
+        body = {"pid": os.getpid(), "version": "test", "tools": 1, "off": False}
+        assert (await rig.http.post("/scenario/hello", json=body)).status_code == 200
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(prompt)
-        with anyio.fail_after(10):
-            while not rig.events("replay.hello_wait"):  # noqa: ASYNC110 - the prompt waits in the background
-                await anyio.sleep(0.02)
-        hello = {"pid": os.getpid(), "version": "test", "tools": 1, "off": False}
-        assert (await rig.http.post("/scenario/hello", json=hello)).status_code == 200
-    assert "Call mcp__bir__run_scenario once" in answers[0]["hookSpecificOutput"]["additionalContext"]
+    answer = await rig.prompt_beside("replay.hello_wait", hello)
+    assert "Call mcp__bir__run_scenario once" in answer["hookSpecificOutput"]["additionalContext"]
     assert rig.events("replay.decision") == []
 
 
@@ -256,18 +241,12 @@ async def test_a_first_prompt_waits_a_moment_for_the_proxies_bir_installed_befor
     rig.fake.add_match(PROMPT, data, similarity=0.95)
     rig.fake.derive_answers[data["id"]] = Canned(200, {"params": {"region": "eu-west-1", "limit": 200}, "missing": []})
     rig.controller.expected_wrapped = lambda: frozenset({"late"})
-    answers: list[dict[str, Any]] = []
 
-    async def prompt() -> None:
-        answers.append(await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT)))
+    async def register() -> None:
+        body = {"serverName": "late", "proxyId": "px-late", "pid": os.getpid()}
+        assert (await rig.http.post("/proxy/register", json=body)).status_code == 200
 
-    async with anyio.create_task_group() as group:
-        group.start_soon(prompt)
-        with anyio.fail_after(10):
-            while not rig.events("replay.proxy_wait"):  # noqa: ASYNC110 - the prompt waits in the background
-                await anyio.sleep(0.02)
-        register = {"serverName": "late", "proxyId": "px-late", "pid": os.getpid()}
-        assert (await rig.http.post("/proxy/register", json=register)).status_code == 200
+    answer = await rig.prompt_beside("replay.proxy_wait", register)
     [armed] = rig.events("plan.armed")
     assert armed["mode"] == "direct"
-    assert "Call mcp__bir__run_scenario once" in answers[0]["hookSpecificOutput"]["additionalContext"]
+    assert "Call mcp__bir__run_scenario once" in answer["hookSpecificOutput"]["additionalContext"]

@@ -65,9 +65,7 @@ async def end_turn(rig: Rig) -> dict[str, Any]:
     """Seal the turn; answers the execution report as the service received it."""
     await rig.hook("/session/stop", hook_input("Stop", last_assistant_message="done"))
     await rig.hook("/session/end", hook_input("SessionEnd", reason="other"))
-    with anyio.fail_after(10):
-        while not rig.fake.requests_to("executions"):  # noqa: ASYNC110 - the outbox sends in the background
-            await anyio.sleep(0.02)
+    await rig.until(lambda: rig.fake.requests_to("executions"))
     [seen] = rig.fake.requests_to("executions")
     report: dict[str, Any] = seen.body
     return report
@@ -331,9 +329,7 @@ async def test_a_recorded_call_holds_the_arguments_that_ran_not_the_call_id(
     await rig.hook("/session/stop", hook_input("Stop", last_assistant_message="none"))
     await rig.hook("/session/end", hook_input("SessionEnd", reason="other"))
     [run_id] = [r.body["id"] for r in rig.fake.requests_to("match")]
-    with anyio.fail_after(10):
-        while not rig.fake.steps_of(run_id):  # noqa: ASYNC110 - the outbox sends in the background
-            await anyio.sleep(0.02)
+    await rig.until(lambda: rig.fake.steps_of(run_id))
     [step] = rig.fake.steps_of(run_id)
     assert step["toolInput"] == {"region": "eu-west-1"}
 
