@@ -23,7 +23,6 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any, Final
 import msgspec
 
 from bir.benchmarks.corpus import CASES, MIX, Case
+from bir.benchmarks.machine import machine_facts
 from bir.benchmarks.stats import percentile
 from bir.core import config
 from bir.core.errors import LogicError
@@ -121,13 +121,7 @@ def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
         "version": REPORT_VERSION,
         "mode": mode,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "v8": floor.v8_version,
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": machine_facts(load_before, v8=floor.v8_version),
         "settings": {
             **asdict(counts),
             "workers": workers,

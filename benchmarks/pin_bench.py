@@ -23,7 +23,6 @@ import datetime as dt
 import functools
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from bir.benchmarks.armed_pin import (
     pre_tool_body,
     time_pins,
 )
+from bir.benchmarks.machine import machine_facts
 from bir.benchmarks.session_bench import SessionBenchError, find_claude_binary, measure_sessions
 from bir.benchmarks.stats import percentile
 from bir.core import log
@@ -238,14 +238,8 @@ def measure(counts: Counts, *, mode: str, claude: Path | None = None) -> dict[st
         "version": REPORT_VERSION,
         "mode": mode,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-            # An editable install's finder is imported by site at every start: a cost a wheel install has not.
-            "editable_install": _editable_install(),
-        },
+        # An editable install's finder is imported by site at every start: a cost a wheel install has not.
+        "machine": machine_facts(load_before, editable_install=_editable_install()),
         "settings": {
             "calls": counts.calls,
             "warmup": counts.warmup,
