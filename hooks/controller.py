@@ -31,7 +31,7 @@ from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
 from bir.core.redact import redact, redact_text
 from bir.core.service import ServiceClient, ServiceError
 from bir.core.transcript import ModelUsage, mark_transcript_usage, usage_since
-from bir.core.truncate import cut, serialize_capped
+from bir.core.truncate import serialize_capped
 from bir.core.types import Matched, Scenario, parse_qualified_name
 from bir.hooks import api
 from bir.hooks.arming import Armable, DecisionCode, Decline, ladder
@@ -41,7 +41,7 @@ from bir.hooks.routes import ReceivedStep
 from bir.hooks.run_booking import book, draft
 from bir.hooks.session_executor import SessionExecutor
 from bir.hooks.session_state import PendingCall, Run, Session, SessionTable, SteerState
-from bir.hooks.steer import PROXY_REPORT_GRACE_S, RUN_SCENARIO_TOOL, SteerDriver
+from bir.hooks.steer import PROXY_REPORT_GRACE_S, RUN_SCENARIO_TOOL, SteerDriver, context
 from bir.hooks.work_queue import ProxyWorkQueue
 
 # A sealed run's usage is read when the transcript is complete: at SessionEnd, the next prompt, or this long after Stop.
@@ -124,12 +124,6 @@ def _housekeeping(tool_name: str | None, tool_input: object = None) -> bool:
     return tool_name is None or is_housekeeping(tool_name, tool_input)
 
 
-def _context(event: str, text: str) -> api.HookAnswer:
-    return api.HookAnswer(
-        hook_specific_output=api.HookSpecificOutput(hook_event_name=event, additional_context=cut(text, 9_500))
-    )
-
-
 class Controller:
     """Answers the seven hooks and ``/scenario/run`` for one project's control server."""
 
@@ -175,12 +169,9 @@ class Controller:
 
     # -- the hook routes ------------------------------------------------------------------------
 
-    async def handle(self, event: str, hook: api.HookInput) -> api.HookAnswer:
+    async def handle(self, event: str, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         self.queue.note_session(hook.session_id)
-        now = self._clock()
-        session = self.sessions.touch(hook.session_id, now)
-        route = api.HOOK_ROUTES.get(event)
-        deadline = now + (route[2] / 1000 if route is not None else 2.0)
+        session = self.sessions.touch(hook.session_id, self._clock())
         handler = {
             "SessionStart": self._on_start,
             "UserPromptSubmit": self._on_prompt,
@@ -229,12 +220,12 @@ class Controller:
         session.run = run
         note, session.pending_note = session.pending_note, None
         if not self.service.configured:
-            return _context("UserPromptSubmit", note) if note else api.EMPTY_HOOK_ANSWER
+            return context("UserPromptSubmit", note) if note else api.EMPTY_HOOK_ANSWER
         matching = self._spawn(run, self._match(run, hook))
         if not switches.replay:
             # Replay off is exactly v1: the match only decides whether the turn is recorded (§14).
             run.decided = True
-            return _context("UserPromptSubmit", note) if note else api.EMPTY_HOOK_ANSWER
+            return context("UserPromptSubmit", note) if note else api.EMPTY_HOOK_ANSWER
         now = self._clock()
         hold: DecisionCode | None = (
             "service_unhealthy" if self.health.cooling(now) else "match_slow" if self.gate.held(now) else None
@@ -247,7 +238,7 @@ class Controller:
             answer = await self._arm_from_match(run, matching, hook)
         if note:
             extra = answer.hook_specific_output.additional_context if answer.hook_specific_output else None
-            return _context("UserPromptSubmit", note + ("\n\n" + extra if extra else ""))
+            return context("UserPromptSubmit", note + ("\n\n" + extra if extra else ""))
         return answer
 
     async def _match(self, run: Run, hook: api.HookInput) -> Matched | None:
@@ -315,7 +306,7 @@ class Controller:
             self._retire(run, "arm_unannounced")
             return api.EMPTY_HOOK_ANSWER
         run.phase = "announced"
-        return _context("UserPromptSubmit", text)
+        return context("UserPromptSubmit", text)
 
     async def _late(self, run: Run, matching: asyncio.Task[Matched | None]) -> None:
         matched = await matching
@@ -502,19 +493,16 @@ class Controller:
         ):
             # Refused, denied or failed on the way: never override it by running the same steps another way.
             self._retire(run, "vetoed")
-            return _context(event, NOT_RUN_NOTE)
+            return context(event, NOT_RUN_NOTE)
         if run.veto_note_for is not None and tool_use_id == run.veto_note_for:
             run.veto_note_for = None
-            return _context(event, NOT_RUN_NOTE)
+            return context(event, NOT_RUN_NOTE)
         steered = await self.steer.post(run, hook, deadline)
-        if steered is not None:
-            if session.pending_note and steered is api.EMPTY_HOOK_ANSWER:
-                note, session.pending_note = session.pending_note, None
-                return _context(event, note)
+        if steered is not None and steered != api.EMPTY_HOOK_ANSWER:
             return steered
         if session.pending_note:
             note, session.pending_note = session.pending_note, None
-            return _context(event, note)
+            return context(event, note)
         return api.EMPTY_HOOK_ANSWER
 
     async def _record_step(

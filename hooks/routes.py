@@ -68,8 +68,9 @@ StepHook = Callable[[ReceivedStep], Awaitable[None]]
 class HookHandler(Protocol):
     """The controller, as the hook routes see it."""
 
-    async def handle(self, event: str, hook: api.HookInput) -> api.HookAnswer:
-        """Answer one hook event (the hook input as Claude Code sent it)."""
+    async def handle(self, event: str, hook: api.HookInput, deadline: float) -> api.HookAnswer:
+        """Answer one hook event (the hook input as Claude Code sent it) by ``deadline``, the route's
+        "answered by" instant on ``time.monotonic()``."""
         ...
 
     def overdue(self, event: str, hook: api.HookInput) -> api.HookAnswer:

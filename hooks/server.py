@@ -185,7 +185,8 @@ class ControlServer:
         handler = self.hook_handler
         if handler is None:
             return api.EMPTY_HOOK_ANSWER
-        task: asyncio.Task[api.HookAnswer] = asyncio.create_task(handler.handle(event, hook))
+        deadline = time.monotonic() + deadline_s
+        task: asyncio.Task[api.HookAnswer] = asyncio.create_task(handler.handle(event, hook, deadline))
         self._background.add(task)
         task.add_done_callback(self._hook_done)
         done, _ = await asyncio.wait({task}, timeout=deadline_s)

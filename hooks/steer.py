@@ -56,10 +56,8 @@ OWN_ARGUMENTS_NOTE: Final = (
 )
 
 
-def _answer(
-    decision: api.HookSpecificOutput | None,
-) -> api.HookAnswer:
-    return api.EMPTY_HOOK_ANSWER if decision is None else api.HookAnswer(hook_specific_output=decision)
+def _answer(decision: api.HookSpecificOutput) -> api.HookAnswer:
+    return api.HookAnswer(hook_specific_output=decision)
 
 
 def allow(updated_input: Mapping[str, Any], reason: str) -> api.HookAnswer:

@@ -39,7 +39,7 @@ class NotingHandler:
         self.answer = answer
         self.seen: list[tuple[str, api.HookInput]] = []
 
-    async def handle(self, event: str, hook: api.HookInput) -> api.HookAnswer:
+    async def handle(self, event: str, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         self.seen.append((event, hook))
         return self.answer
 
