@@ -1,5 +1,6 @@
 import json
 import threading
+import time
 from pathlib import Path
 
 from bir.core.log import log_event, log_to_file, set_stream
@@ -32,18 +33,26 @@ def test_following_prints_new_lines_across_a_rotation(tmp_path: Path) -> None:
     path = tmp_path / "p.log"
     write_lines(path, "old")
     seen: list[str] = []
+    following = threading.Event()
     done = threading.Event()
 
+    def stop() -> bool:
+        # Asked first after the follower has opened the file: what is written from then on is new.
+        following.set()
+        return done.is_set()
+
     def writer() -> None:
+        assert following.wait(10)
         write_lines(path, "one")
-        while "one" not in seen:
+        deadline = time.monotonic() + 10
+        while "one" not in seen and time.monotonic() < deadline:
             done.wait(0.01)
         path.replace(path.with_name("p.log.1"))
         write_lines(path, "two")
 
     thread = threading.Thread(target=writer)
     thread.start()
-    for line in follow(path, stop=done.is_set, poll_s=0.01):
+    for line in follow(path, stop=stop, poll_s=0.01):
         seen.append(line)
         if line == "two":
             done.set()
