@@ -327,8 +327,11 @@ def _refused(reply: Reply, io: _Io, target: str, step: int | None = None) -> Sto
     return Stop(EXIT_STOPPED)
 
 
-def _object(reply: Reply, io: _Io, what: str) -> dict[str, Any]:
-    """A 2xx body that must be a JSON object, or the words for a malformed answer."""
+def _accepted(reply: Reply, io: _Io, what: str, target: str, step: int | None = None) -> dict[str, Any]:
+    """The body of an accepted answer, a JSON object; else the words for the refusal about ``target`` or
+    for a malformed answer to ``what``."""
+    if not reply.ok:
+        raise _refused(reply, io, target, step)
     data = reply.data()
     if not isinstance(data, dict):
         if io.as_json:
@@ -349,9 +352,7 @@ def _kind(target: str) -> str:
 async def _resolve(api: ScenarioApi, io: _Io, target: str) -> tuple[str, dict[str, Any], Reply]:
     """A ``run_`` id's whole-run scenario or a ``scn_`` id's scenario: its id, its body, the reply."""
     reply = await (api.run_scenario(target) if _kind(target) == "run" else api.scenario(target))
-    if not reply.ok:
-        raise _refused(reply, io, target)
-    data = _object(reply, io, "show")
+    data = _accepted(reply, io, "show", target)
     scenario_id = data.get("id")
     if not isinstance(scenario_id, str) or not scenario_id.startswith(SCENARIO_PREFIX):
         if io.as_json:
@@ -381,9 +382,7 @@ def _no_step(io: _Io, scenario_id: str, data: Mapping[str, Any], index: int) -> 
 
 async def _list(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _LogicPlan | None) -> int:
     reply = await api.list_runs()
-    if not reply.ok:
-        raise _refused(reply, io, "your runs")
-    data = _object(reply, io, "list")
+    data = _accepted(reply, io, "list", "your runs")
     if io.as_json:
         io.body(reply)
     else:
@@ -419,9 +418,7 @@ async def _calc(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _Logi
         reply = await api.calculate(args.target, force=args.force, discard_edits=args.discard_edits)
     else:
         reply = await api.recalculate(args.target, discard_edits=args.discard_edits)
-    if not reply.ok:
-        raise _refused(reply, io, args.target)
-    data = _object(reply, io, "calc")
+    data = _accepted(reply, io, "calc", args.target)
     if io.as_json:
         io.body(reply)
         return EXIT_OK
@@ -461,9 +458,7 @@ def _dry_replay_params(args: argparse.Namespace) -> dict[str, object]:
 
 async def _dry_replay(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _LogicPlan | None) -> int:
     reply = await api.dry_replay(args.scenario, args.prompt, _dry_replay_params(args))
-    if not reply.ok:
-        raise _refused(reply, io, args.scenario)
-    data = _object(reply, io, "replay")
+    data = _accepted(reply, io, "replay", args.scenario)
     if io.as_json:
         io.body(reply)
     else:
@@ -489,9 +484,7 @@ async def _dry_replay(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan:
 async def _edits(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _LogicPlan | None) -> int:
     scenario_id = await _scenario_id(api, io, args.target)
     reply = await api.edits(scenario_id)
-    if not reply.ok:
-        raise _refused(reply, io, scenario_id)
-    data = _object(reply, io, "edits")
+    data = _accepted(reply, io, "edits", scenario_id)
     if io.as_json:
         io.body(reply)
     else:
@@ -508,9 +501,7 @@ async def _scenario_id(api: ScenarioApi, io: _Io, target: str) -> str:
 async def _investigate(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _LogicPlan | None) -> int:
     scenario_id, data, _ = await _resolve(api, io, args.target)
     edits_reply = await api.edits(scenario_id)
-    if not edits_reply.ok:
-        raise _refused(edits_reply, io, scenario_id)
-    edits = _object(edits_reply, io, "edits")
+    edits = _accepted(edits_reply, io, "edits", scenario_id)
     if io.as_json:
         io.json_doc({"scenario": data, "edits": edits})
     else:
@@ -533,9 +524,7 @@ async def _undo(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _Logi
     if args.note:
         body["note"] = args.note
     reply = await api.revert(scenario_id, edit_id, body)
-    if not reply.ok:
-        raise _refused(reply, io, scenario_id, args.step)
-    data = _object(reply, io, "undo")
+    data = _accepted(reply, io, "undo", scenario_id, args.step)
     if io.as_json:
         io.body(reply)
         return EXIT_OK
@@ -549,9 +538,7 @@ async def _undo(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _Logi
 
 async def _newest_undoable(api: ScenarioApi, io: _Io, scenario_id: str, step: int | None) -> str:
     reply = await api.edits(scenario_id)
-    if not reply.ok:
-        raise _refused(reply, io, scenario_id, step)
-    data = _object(reply, io, "edits")
+    data = _accepted(reply, io, "edits", scenario_id, step)
     for entry in data.get("edits") or []:
         if not isinstance(entry, dict) or entry.get("kind") != "edit" or entry.get("undone"):
             continue
@@ -581,9 +568,7 @@ async def _check_or_edit(args: argparse.Namespace, api: ScenarioApi, io: _Io, pl
         reply = await api.save(scenario_id, args.step, body)
     else:
         reply = await api.check(scenario_id, args.step, body)
-    if not reply.ok:
-        raise _refused(reply, io, scenario_id, args.step)
-    result = _object(reply, io, "edit" if saving else "check")
+    result = _accepted(reply, io, "edit" if saving else "check", scenario_id, args.step)
     if io.as_json:
         io.body(reply)
         return _check_exit(result) if not saving else EXIT_OK
