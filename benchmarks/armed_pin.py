@@ -23,7 +23,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
@@ -31,10 +31,10 @@ import httpx
 
 from bir.core.plan import ScenarioReplayPlan
 from bir.core.service import ServiceClient
-from bir.core.transcript import ModelUsage
 from bir.core.types import Scenario, parse_scenario
 from bir.evaluator import EvaluatorPool
 from bir.hooks.controller import Controller, Switches
+from bir.hooks.recorder import Recorder
 from bir.hooks.server import ControlServer
 from bir.hooks.session_state import Run, SteerState
 
@@ -123,39 +123,6 @@ def model_call(body: PinBody) -> tuple[str, dict[str, Any]]:
     return SHOW_TOOL, {"region": "eu-west-1", "id": "dev-00000"}
 
 
-class _NoRecorder:
-    """The bench records nothing: its runs are armed, never missed."""
-
-    def start(self, run_id: str) -> None:
-        return None
-
-    def step(
-        self,
-        run_id: str,
-        step_index: int | None,
-        tool_name: str,
-        tool_input: object,
-        *,
-        tool_output: object,
-        error: str | None = None,
-        duration_ms: int | None = None,
-    ) -> int | None:
-        return None
-
-    def finish(
-        self,
-        run_id: str,
-        output: str | None,
-        *,
-        duration_ms: int,
-        usage: Sequence[ModelUsage],
-        cost_usd: float,
-        measured: bool,
-        pricing_version: str,
-    ) -> bool:
-        return False
-
-
 class _NoReports:
     """The bench's runs hold no ticket, so no report is ever drafted; this sink takes none."""
 
@@ -197,7 +164,8 @@ class BenchServer:
                             wrapped=self.server.wrapped,
                             pool=pool,
                             service=service,
-                            recorder=_NoRecorder(),
+                            # No service: the recorder keeps nothing (the bench's runs are armed, never missed).
+                            recorder=Recorder(None, service_configured=False),
                             reports=_NoReports(),
                             switches=lambda: Switches(off=False, replay=True, allow=None),
                             delivery_live=lambda: False,
