@@ -19,7 +19,7 @@ from typing import Final
 from bir import __version__
 from bir.core import config
 from bir.core.log import log_to_file, logs_dir
-from bir.hooks.replay_report import EXIT_INTERRUPTED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
+from bir.hooks.replay.report import EXIT_INTERRUPTED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
 
 EXIT_CODES: Final = f"""exit codes:
   {EXIT_OK}    ok
@@ -114,7 +114,7 @@ def _build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--json", action="store_true", help="the JSON lines as they are")
     logs.add_argument("--project", default=".", help="the project directory (default: the working directory)")
 
-    from bir.hooks.scenario_cmd import add_parsers as add_scenario_parsers
+    from bir.hooks.commands.scenario import add_parsers as add_scenario_parsers
 
     add_scenario_parsers(sub)
 
@@ -156,7 +156,7 @@ def _add_ops_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def _install_command(args: argparse.Namespace) -> int:
-    from bir.hooks.install import InstallError, describe, find_executables, install, uninstall
+    from bir.hooks.commands.install import InstallError, describe, find_executables, install, uninstall
 
     try:
         if args.command == "install":
@@ -172,9 +172,9 @@ def _install_command(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from bir.hooks.host_session import HostSessionError
-    from bir.hooks.replay_cmd import ReplayUsageError, main_args, run_replay
-    from bir.hooks.replay_report import render_json, render_text
+    from bir.hooks.replay.command import ReplayUsageError, main_args, run_replay
+    from bir.hooks.replay.host import HostSessionError
+    from bir.hooks.replay.report import render_json, render_text
 
     try:
         replay_args = main_args(args)
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config.validate_all()
         if args.command in _OPS_NAMES or (args.command == "replay" and args.switch):
-            from bir.hooks import ops_main
+            from bir.hooks.commands import ops_main
 
             return ops_main.run(args)
         if args.command == "replay":
@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("install", "uninstall"):
             return _install_command(args)
         if args.command == "logs":
-            from bir.hooks.logs_cmd import run_logs
+            from bir.hooks.commands.logs import run_logs
 
             def write(text: str) -> None:
                 sys.stdout.write(text + "\n")
@@ -231,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_logs(args.project, lines=args.lines, follow_on=args.follow, as_json=args.json, write=write)
         if args.command in ("scenario", "investigate"):
-            from bir.hooks.scenario_cmd import run_command
+            from bir.hooks.commands.scenario import run_command
 
             local_replay = getattr(args, "scenario_command", "") == "replay" and not args.dry
             return _replay(args) if local_replay else run_command(args)

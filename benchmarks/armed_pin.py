@@ -33,10 +33,10 @@ from bir.core.plan import ScenarioReplayPlan
 from bir.core.service import ServiceClient
 from bir.core.types import Scenario, parse_scenario
 from bir.evaluator import EvaluatorPool
-from bir.hooks.controller import Controller, Switches
-from bir.hooks.recorder import Recorder
-from bir.hooks.server import ControlServer
-from bir.hooks.session_state import Run, SteerState
+from bir.hooks.server.control import ControlServer
+from bir.hooks.session.controller import Controller, Switches
+from bir.hooks.session.recorder import Recorder
+from bir.hooks.session.state import Run, SteerState
 
 START_TIMEOUT_S: Final = 30.0
 CALL_TIMEOUT_S: Final = 30.0

@@ -37,8 +37,8 @@ from bir.benchmarks.proxy_bench_report import TOOLS, VARIANTS, build_report, ren
 from bir.core.log import log_event
 from bir.hooks.api import CALL_ID_KEY
 from bir.hooks.discovery import write_discovery
-from bir.hooks.routes import ReceivedStep
-from bir.hooks.server import ControlServer
+from bir.hooks.server.control import ControlServer
+from bir.hooks.server.routes import ReceivedStep
 
 # The demo upstream ships inside the package, so the bench runs from an installed wheel too.
 FLEET_MODULE: Final = "bir.examples.fleet_server"

@@ -38,7 +38,7 @@ from bir.core.service import ServiceClient
 from bir.core.source_run import RecordedOutputs, fetch_recorded_outputs, output_text
 from bir.core.types import LogicKind, Scenario
 from bir.evaluator.pool import EvaluatorPool
-from bir.hooks.replay_cmd import ReplayUsageError, load_scenario
+from bir.hooks.replay.command import ReplayUsageError, load_scenario
 
 REPORT_VERSION: Final = 1
 TIMEOUT_VARIABLE: Final = "BIR_LOGIC_TIMEOUT_MS"

@@ -2,7 +2,7 @@
 
 Every call answers a ``Reply``: the HTTP status and the body exactly as it came, because ``bir scenario
 --json`` prints the service's body unchanged and the words for a refusal depend on its ``error`` code.
-Nothing here decides what a status means; ``bir.hooks.scenario_cmd`` does.
+Nothing here decides what a status means; ``bir.hooks.commands.scenario`` does.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``python -m bir.hooks``: the same as the ``bir-hooks`` console script."""
 
-from bir.hooks.server import main
+from bir.hooks.server.control import main
 
 raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The control plane's one vocabulary (spec §16.1, §10): every route's request and answer.
 
-The control server (``bir.hooks.routes``) and every client of it (``bir-proxy``'s work loop,
+The control server (``bir.hooks.server.routes``) and every client of it (``bir-proxy``'s work loop,
 ``bir-scenario``, ``bir replay``'s direct executor) import these types and nothing else of each other.
 Bodies are JSON; field names are camelCase on the wire, except the hook routes, whose requests are
 Claude Code's own hook input (snake_case) and whose answers are what the hook prints.

@@ -77,10 +77,14 @@ def test_every_package_imports_only_the_layers_below_it() -> None:
 
 def test_the_rule_sees_a_lazy_back_edge_and_a_proxy_reaching_past_the_contract(tmp_path: Path) -> None:
     (tmp_path / "core").mkdir()
-    (tmp_path / "core" / "plan.py").write_text("def f() -> None:\n    from bir.hooks.server import ControlServer\n")
+    (tmp_path / "core" / "plan.py").write_text(
+        "def f() -> None:\n    from bir.hooks.server.control import ControlServer\n"
+    )
     (tmp_path / "proxy").mkdir()
-    (tmp_path / "proxy" / "relay.py").write_text("from bir.hooks import api\nfrom bir.hooks.routes import build_app\n")
+    (tmp_path / "proxy" / "relay.py").write_text(
+        "from bir.hooks import api\nfrom bir.hooks.server.routes import build_app\n"
+    )
     assert _violations(tmp_path) == [
-        "core/plan.py imports bir.hooks.server.ControlServer",
-        "proxy/relay.py imports bir.hooks.routes.build_app",
+        "core/plan.py imports bir.hooks.server.control.ControlServer",
+        "proxy/relay.py imports bir.hooks.server.routes.build_app",
     ]

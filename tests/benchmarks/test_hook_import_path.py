@@ -13,7 +13,7 @@ import pytest
 from bir.benchmarks.armed_pin import pre_tool_body
 from bir.core.paths import project_key
 from bir.hooks.discovery import write_discovery
-from bir.hooks.server import ControlServer
+from bir.hooks.server.control import ControlServer
 
 pytestmark = pytest.mark.anyio
 

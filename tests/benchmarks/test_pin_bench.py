@@ -30,7 +30,7 @@ from bir.benchmarks.pin_bench import (
 from bir.benchmarks.session_bench import NOT_AT_HAND
 from bir.cli import main
 from bir.hooks.api import CALL_ID_KEY
-from bir.hooks.server import ControlServer
+from bir.hooks.server.control import ControlServer
 
 TINY = Counts(warmup=1, calls=3)
 SERIES_KEYS = {"calls", "p50_ms", "p90_ms", "p99_ms"}

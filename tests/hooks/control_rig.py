@@ -19,11 +19,11 @@ import pytest
 
 from bir.core import log
 from bir.core.service import ServiceClient
-from bir.hooks.controller import Controller, Switches
 from bir.hooks.discovery import write_discovery
-from bir.hooks.host_session import ProxyHost, proxy_environment
-from bir.hooks.server import ControlServer
-from bir.hooks.session_host import live_controller
+from bir.hooks.replay.host import ProxyHost, proxy_environment
+from bir.hooks.server.control import ControlServer
+from bir.hooks.session.controller import Controller, Switches
+from bir.hooks.session.host import live_controller
 from tests.fakes.baseinsvc import Canned, FakeBaseIn
 from tests.fakes.fixtures import running_fake_service
 from tests.paths import SCENARIOS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bir.hooks.ops_cmd import ReplayView
+from bir.hooks.commands.switches import ReplayView
 
 
 def replay_view_of(

@@ -28,7 +28,7 @@ from bir.core.paths import discovery_file, project_key, revive_stamp, server_loc
 from bir.hooks import api
 from bir.hooks.discovery import Discovery, write_discovery
 from bir.hooks.hook_client import ROUTES
-from bir.hooks.server import ControlServer
+from bir.hooks.server.control import ControlServer
 
 pytestmark = pytest.mark.anyio
 

@@ -28,8 +28,8 @@ from mcp.client.stdio import StdioServerParameters
 
 from bir.hooks.api import CALL_ID_KEY
 from bir.hooks.discovery import write_discovery
-from bir.hooks.server import ControlServer
-from bir.hooks.work_queue import ProxyCallError, StepTimeoutError
+from bir.hooks.server.control import ControlServer
+from bir.hooks.server.work_queue import ProxyCallError, StepTimeoutError
 from tests.paths import REPO
 from tests.peers import PEERS, npm_install, pip_install
 

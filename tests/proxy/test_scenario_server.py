@@ -26,8 +26,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bir.hooks.api import Hello, ScenarioRunAnswer, ScenarioRunRequest, decode, encode
 from bir.hooks.discovery import write_discovery
-from bir.hooks.routes import SeenHello
-from bir.hooks.server import ControlServer
+from bir.hooks.server.control import ControlServer
+from bir.hooks.server.routes import SeenHello
 from bir.proxy.scenario_answer import (
     ALREADY_RUNNING,
     NOT_AVAILABLE,

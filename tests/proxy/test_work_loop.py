@@ -13,7 +13,7 @@ import anyio.lowlevel
 import pytest
 
 from bir.hooks.api import StepReport
-from bir.hooks.server import ControlServer
+from bir.hooks.server.control import ControlServer
 from bir.proxy.control_client import ControlClient, ControlUnreachable, Endpoint
 from bir.proxy.work_loop import Pace, WorkLoop, step_budget_ms
 

@@ -1,0 +1,480 @@
+"""``bir doctor``: what is wrong with bir in a project, and the command that fixes each thing (spec §13.2
+mitigation 3, §16.5).
+
+The replay block comes first and loudly: ``replay: on`` and the effective allowlist, then
+``BIR_MIN_STEER_SIMILARITY`` and who derives parameters. Then the hooks as installed against what
+``bir install`` writes (``api.HOOK_ROUTES``: timeouts, never ``async``), each wrapped server with its
+proxy, the ``bir`` server, the evaluator, the service. ``gather`` reads; ``diagnose`` is pure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bir.core import config
+from bir.hooks import api
+from bir.hooks.commands.install import (
+    BIR_SERVER,
+    InstallError,
+    claude_config_file,
+    is_bir_hook,
+    is_mcp_hook,
+    read_json_file,
+)
+from bir.hooks.commands.status import StatusFacts
+from bir.hooks.commands.status import gather as gather_status
+from bir.hooks.commands.term import ago, paint
+
+Level = Literal["broken", "warning", "ok"]
+Deriver = Literal["this machine", "the service", "nobody"]
+# The module each engine's workers import (bir.evaluator.engine_v8 / engine_quickjs).
+ENGINE_MODULES: Mapping[str, str] = {"v8": "py_mini_racer", "quickjs": "dukpy"}
+
+
+@dataclass(frozen=True)
+class HookFact:
+    """bir's hook for one event as found in ``.claude/settings.local.json``."""
+
+    event: str
+    found: int
+    timeout: object = None
+    is_async: bool = False
+    command: str = ""
+    runnable: bool = False
+    # "mcp_tool" for the tool events of ``bir install --replay --mcp-hooks``; its input is as install writes it.
+    kind: str = "command"
+    input_ok: bool = True
+
+
+@dataclass(frozen=True)
+class EvaluatorFacts:
+    engine: str
+    engine_available: bool
+    workers: str
+    timeout_ms: str
+    timeout_from: str
+
+
+@dataclass(frozen=True)
+class DoctorFacts:
+    """Everything ``bir doctor`` judges, gathered once."""
+
+    status: StatusFacts
+    settings_path: str
+    settings_error: str | None
+    hooks: tuple[HookFact, ...]
+    local_servers: Mapping[str, str]  # name → "proxy" | "bir" | "other"
+    min_steer_similarity: float
+    derive_key: bool
+    anthropic_key_ignored: bool
+    evaluator: EvaluatorFacts
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the doctor's report: its topic, how bad, what it saw and the command that fixes it."""
+
+    topic: str
+    level: Level
+    text: str
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "level": self.level, "text": self.text, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    replay_on: bool
+    allow: tuple[str, ...] | None
+    deriver: Deriver
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def broken(self) -> bool:
+        return any(f.level == "broken" for f in self.findings)
+
+
+# -- gathering ---------------------------------------------------------------------------------------
+
+
+def _runnable(command: str) -> bool:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    return bool(words) and os.path.isfile(words[0]) and os.access(words[0], os.X_OK)
+
+
+def read_hooks(settings: Mapping[str, Any]) -> tuple[HookFact, ...]:
+    """bir's hook of each event in a settings document (``bir install``'s shape)."""
+    hooks = settings.get("hooks")
+    hooks = hooks if isinstance(hooks, dict) else {}
+    facts: list[HookFact] = []
+    for event in api.HOOK_ROUTES:
+        groups = hooks.get(event)
+        ours: list[dict[str, Any]] = []
+        for group in groups if isinstance(groups, list) else []:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            for hook in inner if isinstance(inner, list) else []:
+                if is_mcp_hook(hook):
+                    if event in api.MCP_HOOK_EVENTS:
+                        ours.append(hook)
+                elif is_bir_hook(hook) and shlex.split(str(hook["command"]))[1] == event:
+                    ours.append(hook)
+        if not ours:
+            facts.append(HookFact(event, 0))
+            continue
+        first = ours[0]
+        if is_mcp_hook(first):
+            timeout, is_async = first.get("timeout"), first.get("async") is True
+            input_ok = first.get("input") == api.MCP_HOOK_INPUT
+            facts.append(HookFact(event, len(ours), timeout, is_async, kind="mcp_tool", input_ok=input_ok))
+            continue
+        command = str(first.get("command", ""))
+        facts.append(
+            HookFact(event, len(ours), first.get("timeout"), first.get("async") is True, command, _runnable(command))
+        )
+    return tuple(facts)
+
+
+def read_local_servers(config_doc: Mapping[str, Any], project: str) -> dict[str, str]:
+    """The project's local-scope MCP servers in Claude Code's config: behind ``bir-proxy``, ``bir``'s own, or other."""
+    projects = config_doc.get("projects")
+    entry = projects.get(project) if isinstance(projects, dict) else None
+    servers = entry.get("mcpServers") if isinstance(entry, dict) else None
+    kinds: dict[str, str] = {}
+    for name, server in (servers if isinstance(servers, dict) else {}).items():
+        command = Path(str(server.get("command", ""))).name if isinstance(server, dict) else ""
+        kinds[str(name)] = {"bir-proxy": "proxy", "bir-scenario": "bir"}.get(command, "other")
+    return kinds
+
+
+def _setting(name: str) -> config.Setting:
+    return next(s for s in config.settings() if s.name == name)
+
+
+async def gather(project_dir: str | Path) -> DoctorFacts:
+    """The facts of ``bir doctor`` for the project at ``project_dir``.
+
+    Raises:
+        ConfigError: a ``BIR_*`` variable read here holds an unusable value.
+    """
+    status = await gather_status(project_dir)
+    project = Path(status.project)
+    settings_path = project / ".claude" / "settings.local.json"
+    settings_error = None
+    try:
+        _, settings = read_json_file(settings_path)
+    except InstallError as exc:
+        settings, settings_error = {}, str(exc)
+    try:
+        _, config_doc = read_json_file(claude_config_file())
+    except InstallError:
+        config_doc = {}
+    engine = str(config.get_str("BIR_LOGIC_ENGINE"))
+    timeout = _setting("BIR_LOGIC_TIMEOUT_MS")
+    derive_key = bool(config.get_str("BIR_DERIVE_API_KEY"))
+    anthropic = bool(os.environ.get("ANTHROPIC_API_KEY", "").strip())
+    use_anthropic = bool(config.get_flag("BIR_USE_ANTHROPIC_API_KEY"))
+    return DoctorFacts(
+        status=status,
+        settings_path=str(settings_path),
+        settings_error=settings_error,
+        hooks=read_hooks(settings),
+        local_servers=read_local_servers(config_doc, status.project),
+        min_steer_similarity=float(config.get_float("BIR_MIN_STEER_SIMILARITY") or 0.0),
+        derive_key=derive_key or (anthropic and use_anthropic),
+        anthropic_key_ignored=anthropic and not use_anthropic and not derive_key,
+        evaluator=EvaluatorFacts(
+            engine=engine,
+            engine_available=importlib.util.find_spec(ENGINE_MODULES.get(engine, engine)) is not None,
+            workers=_setting("BIR_LOGIC_WORKERS").value,
+            timeout_ms=timeout.value,
+            timeout_from=timeout.source,
+        ),
+    )
+
+
+# -- judging ---------------------------------------------------------------------------------------
+
+
+def who_derives(facts: DoctorFacts) -> Deriver:
+    """This machine (a derivation key), the service (signed in, token not refused), or nobody."""
+    if facts.derive_key:
+        return "this machine"
+    service = facts.status.service
+    if service.url is not None and facts.status.sign_in.token is not None and service.verdict != "refused":
+        return "the service"
+    return "nobody"
+
+
+def _replay_findings(facts: DoctorFacts, deriver: Deriver) -> list[Finding]:
+    view = facts.status.replay
+    out: list[Finding] = []
+    if view.replay and view.allow is None:
+        out.append(
+            Finding(
+                "replay",
+                "warning",
+                "replay is on with no allowlist: bir may call every wrapped server by itself, without a prompt",
+                "bir replay allow <server,server>"
+                + (f"  (wrapped here: {','.join(view.wrapped)})" if view.wrapped else ""),
+            )
+        )
+    if view.replay and not view.bir_server:
+        out.append(
+            Finding(
+                "replay",
+                "warning",
+                "the `bir` MCP server is not registered: direct plans are never offered",
+                "bir install --replay",
+            )
+        )
+    if view.replay and deriver == "nobody":
+        out.append(
+            Finding(
+                "derive",
+                "broken",
+                "nobody derives parameters (no BIR_DERIVE_API_KEY, not signed in): a scenario with a target never runs",
+                "bir login  (or set BIR_DERIVE_API_KEY)",
+            )
+        )
+    if facts.anthropic_key_ignored:
+        out.append(
+            Finding(
+                "derive",
+                "ok",
+                "ANTHROPIC_API_KEY is set but not used for derivation (BIR_USE_ANTHROPIC_API_KEY=1 would allow it)",
+            )
+        )
+    return out
+
+
+def _hook_findings(facts: DoctorFacts) -> list[Finding]:
+    if facts.settings_error is not None:
+        return [Finding("hooks", "broken", facts.settings_error, f"fix {facts.settings_path}, then: bir install")]
+    out: list[Finding] = []
+    for hook in facts.hooks:
+        expected = api.HOOK_ROUTES[hook.event][1]
+        if hook.found == 0:
+            out.append(Finding("hooks", "broken", f"{hook.event}: bir's hook is missing", "bir install"))
+            continue
+        wrong = []
+        if hook.timeout != expected:
+            wrong.append(f"timeout {hook.timeout!r}, expected {expected}")
+        if hook.is_async:
+            wrong.append("async (a step's PostToolUse must finish before the next PreToolUse)")
+        if hook.kind == "mcp_tool":
+            if facts.local_servers.get(BIR_SERVER) != "bir":
+                wrong.append("an mcp_tool hook on the `bir` MCP server, which is not registered")
+            if not hook.input_ok:
+                wrong.append("its input is not the one install writes")
+        elif not hook.runnable:
+            wrong.append(f"{hook.command.split(' ')[0]} is not an executable file")
+        if hook.found > 1:
+            wrong.append(f"{hook.found} copies")
+        if wrong:
+            fix = "bir install --replay --mcp-hooks" if hook.kind == "mcp_tool" else "bir install"
+            out.append(Finding("hooks", "broken", f"{hook.event}: " + "; ".join(wrong), fix))
+    if not out:
+        timeouts = ", ".join(f"{h.event} {h.timeout}s" for h in facts.hooks)
+        mcp = [h.event for h in facts.hooks if h.kind == "mcp_tool"]
+        through = f"; {', '.join(mcp)} as mcp_tool hooks on the `bir` server" if mcp else ""
+        out.append(
+            Finding("hooks", "ok", f"all {len(facts.hooks)} hooks as expected, none async ({timeouts}){through}")
+        )
+    return out
+
+
+def _server_findings(facts: DoctorFacts) -> list[Finding]:
+    status = facts.status
+    health = status.control.health
+    out: list[Finding] = []
+    wrapped = sorted({n for n, kind in facts.local_servers.items() if kind == "proxy"} | set(status.replay.wrapped))
+    if status.control.discovery is None:
+        text = "the control server is not running" + (
+            ": marked down, nothing revives it" if status.down else " (the next hook starts it)"
+        )
+        out.append(Finding("control", "warning" if status.down else "ok", text, "bir up" if status.down else None))
+    elif health is None:
+        out.append(
+            Finding(
+                "control", "broken", f"the control server does not answer: {status.control.error}", "bir down && bir up"
+            )
+        )
+    else:
+        found = status.control.discovery
+        up = f"up for {ago(health.uptime_ms)} (pid {found.pid}, {found.url})"
+        out.append(Finding("control", "ok", f"the control server is {up}"))
+    for name in wrapped:
+        if name not in facts.local_servers:
+            out.append(
+                Finding(
+                    "proxies", "broken", f"{name}: install wrapped it, but its local-scope entry is gone", "bir install"
+                )
+            )
+        elif health is None:
+            continue
+        elif name in health.served:
+            out.append(Finding("proxies", "ok", f"{name}: proxy alive"))
+        elif name in health.wrapped:
+            out.append(
+                Finding(
+                    "proxies",
+                    "warning",
+                    f"{name}: its proxy registered but stopped polling (dead, or its session ended)",
+                    f"restart the Claude Code session; its log: {status.log}",
+                )
+            )
+        else:
+            out.append(Finding("proxies", "ok", f"{name}: no proxy yet (one starts with a Claude Code session)"))
+    if status.replay.bir_server and facts.local_servers.get(BIR_SERVER) != "bir":
+        out.append(
+            Finding(
+                "bir server",
+                "broken",
+                "install registered the `bir` server, but its entry is gone",
+                "bir install --replay",
+            )
+        )
+    if health is not None and status.replay.replay:
+        hello = health.last_hello
+        if hello is None:
+            out.append(Finding("bir server", "ok", "no hello from a `bir` server yet (one starts with a session)"))
+        elif hello.off:
+            out.append(
+                Finding("bir server", "warning", "the `bir` server says bir is off: it lists no tools", "bir on")
+            )
+    return out
+
+
+def _service_findings(facts: DoctorFacts) -> list[Finding]:
+    check = facts.status.service
+    if check.verdict == "refused":
+        return [Finding("service", "broken", f"{check.url} refused the token", "bir login")]
+    if check.verdict == "unexpected":
+        return [
+            Finding(
+                "service", "broken", f"{check.url} answered oddly: {check.detail}", "check BIR_AUTH_URL, then bir login"
+            )
+        ]
+    if check.verdict == "unreachable":
+        return [
+            Finding(
+                "service",
+                "warning",
+                f"{check.url} cannot be reached: {check.detail}",
+                "check the network or BIR_AUTH_URL",
+            )
+        ]
+    if check.verdict == "unconfigured":
+        return [Finding("service", "warning", "signed out: nothing is matched or recorded", "bir login --url URL")]
+    health = facts.status.control.health
+    if health is not None and health.service == "cooling":
+        return [Finding("service", "warning", "the control server is cooling down after a service failure", None)]
+    return [Finding("service", "ok", f"{check.url} reachable, token accepted")]
+
+
+def _evaluator_findings(facts: DoctorFacts) -> list[Finding]:
+    ev = facts.evaluator
+    text = f"engine {ev.engine}, {ev.workers} workers, BIR_LOGIC_TIMEOUT_MS={ev.timeout_ms} (from {ev.timeout_from})"
+    if not ev.engine_available:
+        module = ENGINE_MODULES.get(ev.engine, ev.engine)
+        return [
+            Finding(
+                "evaluator",
+                "broken",
+                f"{text}: {module} is not installed",
+                "pip install -e . (bir's own dependencies)",
+            )
+        ]
+    # The limit is tuned from a real scenario's bodies, not guessed (issue 10): say where to measure it.
+    return [Finding("evaluator", "ok", f"{text}; to tune it: bir bench eval --scenario FILE|scn_…")]
+
+
+def diagnose(facts: DoctorFacts) -> Diagnosis:
+    """Every finding about ``facts``, the replay block first."""
+    status = facts.status
+    deriver = who_derives(facts)
+    findings: list[Finding] = []
+    if status.off.off:
+        by = "BIR_OFF=1" if status.off.env else status.off.path
+        findings.append(Finding("switches", "warning", f"bir is OFF ({by}): nothing is matched or replayed", "bir on"))
+    if not status.replay.installed:
+        findings.append(
+            Finding("install", "broken", f"bir is not installed in {status.project}", "bir install --replay")
+        )
+    else:
+        findings += _replay_findings(facts, deriver)
+        findings += _hook_findings(facts)
+        findings += _server_findings(facts)
+    findings += _service_findings(facts)
+    findings += _evaluator_findings(facts)
+    return Diagnosis(status.replay.replay, status.replay.allow, deriver, findings)
+
+
+# -- rendering -------------------------------------------------------------------------------------
+
+
+def render_json(facts: DoctorFacts, diagnosis: Diagnosis) -> dict[str, Any]:
+    """``bir doctor --json``."""
+    return {
+        "project": facts.status.project,
+        "replay": {
+            "on": diagnosis.replay_on,
+            "allow": None if diagnosis.allow is None else list(diagnosis.allow),
+            "minSteerSimilarity": facts.min_steer_similarity,
+            "derives": diagnosis.deriver,
+        },
+        "broken": diagnosis.broken,
+        "findings": [f.to_json() for f in diagnosis.findings],
+    }
+
+
+_MARKS: Mapping[Level, tuple[str, Literal["red", "yellow", "green"]]] = {
+    "broken": ("✗", "red"),
+    "warning": ("!", "yellow"),
+    "ok": ("✓", "green"),
+}
+
+
+def render_text(facts: DoctorFacts, diagnosis: Diagnosis, colour: bool = False) -> str:
+    """``bir doctor`` for a person: the replay block loudly first, then each finding with its fix."""
+    from bir.hooks.commands.switches import describe_allow
+
+    if diagnosis.replay_on:
+        head = paint("replay: ON", "red", colour) + " — scenario steps may run without permission prompts"
+    else:
+        head = paint("replay: off", "bold", colour)
+    lines = [
+        head,
+        paint(f"allowlist: {describe_allow(diagnosis.allow)}", "bold", colour),
+        f"BIR_MIN_STEER_SIMILARITY: {facts.min_steer_similarity}",
+        f"derives parameters: {diagnosis.deriver}",
+        "",
+    ]
+    topic = None
+    for finding in diagnosis.findings:
+        if finding.topic != topic:
+            topic = finding.topic
+            lines.append(paint(topic, "bold", colour))
+        mark, hue = _MARKS[finding.level]
+        line = f"  {paint(mark, hue, colour)} {finding.text}"
+        if finding.fix:
+            line += f"\n      fix: {finding.fix}"
+        lines.append(line)
+    broken = sum(f.level == "broken" for f in diagnosis.findings)
+    warnings = sum(f.level == "warning" for f in diagnosis.findings)
+    lines.append("")
+    if broken:
+        lines.append(paint(f"{broken} broken, {warnings} warning{'s' if warnings != 1 else ''}", "red", colour))
+    else:
+        lines.append(paint(f"nothing broken, {warnings} warning{'s' if warnings != 1 else ''}", "green", colour))
+    return "\n".join(lines)

@@ -1,0 +1,226 @@
+"""``bir status``: one screen about a project (issue 11 item 2).
+
+``gather`` does the I/O (the store, the off switch, the discovery file and ``/health``, one cheap
+request to the service); ``assess`` turns those facts into what is broken; ``render_text`` and
+``render_json`` print them. Only ``gather`` touches the world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bir.core import config, credentials, installed
+from bir.core.paths import off_file, resolve_project
+from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service, control_facts
+from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
+from bir.hooks.commands.term import ago, paint
+
+
+@dataclass(frozen=True)
+class OffState:
+    """Whether the runner is off, and by which switch."""
+
+    env: bool
+    file: bool
+    path: str
+
+    @property
+    def off(self) -> bool:
+        return self.env or self.file
+
+
+@dataclass(frozen=True)
+class StatusFacts:
+    """Everything ``bir status`` shows, gathered once."""
+
+    project: str
+    replay: ReplayView
+    down: bool
+    off: OffState
+    control: ControlFacts
+    sign_in: credentials.Effective
+    service: ServiceCheck
+    log: str
+
+
+def read_off(env: Mapping[str, str] | None = None) -> OffState:
+    """The off switch as every process reads it: ``BIR_OFF`` or ``<BIR_HOME>/off``.
+
+    Raises:
+        ConfigError: ``BIR_OFF`` holds an unusable value.
+    """
+    path = off_file(config.home(env))
+    return OffState(env=bool(config.get_flag("BIR_OFF", env)), file=path.exists(), path=str(path))
+
+
+async def gather(project_dir: str | Path) -> StatusFacts:
+    """The facts of ``bir status`` for the project at ``project_dir``.
+
+    Raises:
+        ConfigError: a ``BIR_*`` variable read here holds an unusable value.
+    """
+    project = resolve_project(project_dir)
+    switches = installed.project(project)
+    sign_in = credentials.effective()
+    return StatusFacts(
+        project=str(project),
+        replay=replay_view(project),
+        down=switches is not None and switches.down,
+        off=read_off(),
+        control=await control_facts(project),
+        sign_in=sign_in,
+        service=await check_service(sign_in.url, sign_in.token),
+        log=str(server_log(project)),
+    )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something broken, and the command (or step) that fixes it."""
+
+    what: str
+    fix: str
+
+
+def assess(facts: StatusFacts) -> list[Problem]:
+    """What is broken in ``facts`` (an empty list: nothing is)."""
+    problems: list[Problem] = []
+    if facts.control.discovery is not None and facts.control.health is None:
+        problems.append(
+            Problem(
+                f"the control server (pid {facts.control.discovery.pid}) does not answer: {facts.control.error}",
+                f"bir down && bir up  (its log: {facts.log})",
+            )
+        )
+    if facts.service.verdict == "refused":
+        problems.append(Problem(f"the service at {facts.service.url} refused the token", "bir login"))
+    elif facts.service.verdict == "unexpected":
+        problems.append(
+            Problem(f"the service at {facts.service.url} answered oddly: {facts.service.detail}", "check BIR_AUTH_URL")
+        )
+    return problems
+
+
+def _control_json(control: ControlFacts) -> dict[str, Any] | None:
+    if control.discovery is None:
+        return None
+    found = control.discovery
+    out: dict[str, Any] = {"pid": found.pid, "url": found.url, "version": found.version, "startedAt": found.started_at}
+    if control.health is None:
+        out["answering"] = False
+        out["error"] = control.error
+        return out
+    health = control.health
+    out.update(
+        answering=True,
+        uptimeMs=health.uptime_ms,
+        replay=health.replay,
+        wrapped=health.wrapped,
+        served=health.served,
+        service=health.service,
+        serviceCoolingMs=health.service_cooling_ms,
+        lastHello=None
+        if health.last_hello is None
+        else {
+            "pid": health.last_hello.pid,
+            "tools": health.last_hello.tools,
+            "off": health.last_hello.off,
+            "ageMs": health.last_hello.age_ms,
+        },
+    )
+    return out
+
+
+def render_json(facts: StatusFacts) -> dict[str, Any]:
+    """``bir status --json``."""
+    return {
+        "project": facts.project,
+        "installed": facts.replay.installed,
+        "off": facts.off.off,
+        "offBy": [name for name, on in (("BIR_OFF", facts.off.env), (facts.off.path, facts.off.file)) if on],
+        "replay": facts.replay.to_json(),
+        "down": facts.down,
+        "controlServer": _control_json(facts.control),
+        "service": {
+            "url": facts.sign_in.url,
+            "urlFrom": facts.sign_in.url_from,
+            "tokenFrom": facts.sign_in.token_from,
+            "check": facts.service.verdict,
+            "detail": facts.service.detail,
+        },
+        "problems": [{"what": p.what, "fix": p.fix} for p in assess(facts)],
+    }
+
+
+def _service_line(facts: StatusFacts, colour: bool) -> str:
+    check = facts.service
+    health = facts.control.health
+    where = f"{check.url} (URL from {facts.sign_in.url_from}, token from {facts.sign_in.token_from})"
+    if check.verdict == "unconfigured":
+        return "service:  " + paint("signed out", "yellow", colour) + " — bir login --url URL"
+    if health is not None and health.service == "cooling":
+        return (
+            "service:  "
+            + paint("cooling down", "yellow", colour)
+            + f" after a failure ({ago(health.service_cooling_ms or 0)} left); nothing waits on it. {where}"
+        )
+    words = {
+        "accepted": paint("reachable, token accepted", "green", colour),
+        "refused": paint("token refused", "red", colour) + " — bir login",
+        "unreachable": paint("unreachable", "yellow", colour) + f" ({check.detail})",
+        "unexpected": paint("answered oddly", "red", colour) + f" ({check.detail})",
+    }
+    return f"service:  {words[check.verdict]} — {where}"
+
+
+def _control_lines(facts: StatusFacts, colour: bool) -> list[str]:
+    control = facts.control
+    if control.discovery is None:
+        if not facts.replay.installed:
+            return ["control server: not running"]
+        if facts.down:
+            return ["control server: " + paint("down", "yellow", colour) + " (nothing revives it) — bir up"]
+        return ["control server: not running (the next hook starts it, or: bir up)"]
+    found = control.discovery
+    health = control.health
+    if health is None:
+        return [f"control server: pid {found.pid} " + paint("not answering", "red", colour) + f" ({control.error})"]
+    lines = [
+        "control server: " + paint("up", "green", colour) + f" {ago(health.uptime_ms)}, pid {found.pid}, {found.url}"
+    ]
+    names = sorted(set(health.wrapped) | set(facts.replay.wrapped))
+    if names:
+        states = [f"{n} {'live' if n in health.served else paint('no proxy', 'yellow', colour)}" for n in names]
+        lines.append("proxies:  " + ", ".join(states))
+    else:
+        lines.append("proxies:  none registered yet (they start with a Claude Code session)")
+    hello = health.last_hello
+    if hello is None:
+        lines.append("bir server: no hello yet (it says hello when a session starts it)")
+    else:
+        state = "off, lists no tools" if hello.off else f"lists {hello.tools} tool{'s' if hello.tools != 1 else ''}"
+        lines.append(f"bir server: last hello {ago(hello.age_ms)} ago (pid {hello.pid}, {state})")
+    return lines
+
+
+def render_text(facts: StatusFacts, colour: bool = False) -> str:
+    """``bir status`` for a person: one screen."""
+    lines = [paint(f"bir status — {facts.project}", "bold", colour)]
+    if facts.off.off:
+        by = "BIR_OFF=1" if facts.off.env else facts.off.path
+        lines.append(paint(f"bir is OFF ({by}): hooks answer {{}}, nothing replays", "yellow", colour) + " — bir on")
+    if not facts.replay.installed:
+        lines.append("installed: no — bir install (add --replay to turn replay on)")
+    else:
+        view = facts.replay
+        replay = paint("ON", "bold", colour) if view.replay else "off"
+        lines.append("installed: yes")
+        lines.append(f"replay:   {replay}; bir may call by itself: {describe_allow(view.allow)}")
+    lines += _control_lines(facts, colour)
+    lines.append(_service_line(facts, colour))
+    for problem in assess(facts):
+        lines.append(paint("problem: ", "red", colour) + f"{problem.what} — fix: {problem.fix}")
+    return "\n".join(lines)

@@ -1,0 +1,772 @@
+"""The controller: what bir does at each of Claude Code's hooks, for every session of one project.
+
+It holds one place where a run's state lives (``session_state``): a prompt starts a run and asks the
+service for a match (§2); a miss records the turn, a hit runs the gate ladder (§4) and may arm a plan
+(``plan.armed``, the directive as ``additionalContext``) or decline it (one ``replay.decision``). A
+direct plan (§6) runs when the session's ``run_scenario`` reaches ``/scenario/run``; any other first
+call vetoes it (§6.4). ``Stop`` seals the run; its report and its recording's finish go out through the
+outbox once the transcript is complete (FACTS.md §5), so no hook ever waits on the network.
+
+Every handler is bounded by its route's deadline (``ControlServer.answer_hook``) and never raises
+into a hook: the host session must never fail because of bir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from bir.core import config
+from bir.core.bundle import MAX_REPLAY_REASON
+from bir.core.coverage import ReplayMode
+from bir.core.derive import Derivation, derive_parameters, resolve_api_key
+from bir.core.housekeeping import is_housekeeping
+from bir.core.log import log_event
+from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
+from bir.core.redact import redact, redact_text
+from bir.core.service import ServiceClient, ServiceError
+from bir.core.transcript import ModelUsage, mark_transcript_usage, usage_since
+from bir.core.truncate import serialize_capped
+from bir.core.types import Matched, Scenario, parse_qualified_name
+from bir.hooks import api
+from bir.hooks.server.routes import ReceivedStep
+from bir.hooks.server.work_queue import ProxyWorkQueue
+from bir.hooks.session.arming import Armable, DecisionCode, Decline, ladder
+from bir.hooks.session.booking import book, draft
+from bir.hooks.session.executor import SessionExecutor
+from bir.hooks.session.match_gate import MatchGate, ServiceHealth
+from bir.hooks.session.proxy_reports import ProxyReports
+from bir.hooks.session.state import PendingCall, Run, Session, SessionTable, SteerState
+from bir.hooks.session.steer import PROXY_REPORT_GRACE_S, RUN_SCENARIO_TOOL, SteerDriver, context
+
+# A sealed run's usage is read when the transcript is complete: at SessionEnd, the next prompt, or this long after Stop.
+FINALIZE_AFTER_STOP_S: Final = 10.0
+# Match and arming together stay under this, inside the prompt route's 7 s deadline (§10).
+ARM_BUDGET_S: Final = 6.0
+# A steer plan with a shell or file-write step may spend this much of the prompt's budget on its preview (§7).
+PREVIEW_BUDGET_S: Final = 1.2
+# How long a prompt waits for the proxies bir installed and for bir-scenario's first hello to register
+# before the plan's mode is decided (a session's first prompt can beat its MCP servers).
+SETTLE_WAIT_S: Final = 2.5
+# A direct run stays under this, so it answers before bir-scenario gives up (§10).
+DIRECT_CEILING_S: Final = 270.0
+MAX_OUTPUT_CHARS: Final = 100_000
+
+NOT_RUN_NOTE: Final = (
+    f"{TAG} The prepared scenario for this request is not being run. Do the task yourself with your tools; "
+    "do not call mcp__bir__run_scenario."
+)
+ALREADY_RUNNING: Final = (
+    "this scenario is already running for this turn — its results come back to the earlier run_scenario call"
+)
+
+
+class RunRecorder(Protocol):
+    """Records a missed turn's steps and its finish (``bir.hooks.session.recorder.Recorder``; never blocks)."""
+
+    def start(self, run_id: str) -> None: ...
+
+    def step(
+        self,
+        run_id: str,
+        step_index: int | None,
+        tool_name: str,
+        tool_input: object,
+        *,
+        tool_output: object,
+        error: str | None = None,
+        duration_ms: int | None = None,
+    ) -> int | None: ...
+
+    def finish(
+        self,
+        run_id: str,
+        output: str | None,
+        *,
+        duration_ms: int,
+        usage: Sequence[ModelUsage],
+        cost_usd: float,
+        measured: bool,
+        pricing_version: str,
+    ) -> bool: ...
+
+
+class ExecutionReports(Protocol):
+    """Execution reports, one per matched ticket, settled exactly once (``bir.hooks.session.outbox.Outbox``)."""
+
+    def draft_report(self, ticket: str, scenario_id: str, body: Mapping[str, Any]) -> bool: ...
+
+    def finalize_report(
+        self, ticket: str, body: Mapping[str, Any] | None, *, scenario_id: str | None = None
+    ) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The project's switches as the controller reads them at each prompt."""
+
+    off: bool
+    replay: bool
+    allow: frozenset[str] | None
+
+
+SwitchReader = Callable[[], Switches]
+Evaluator = Any  # the EvaluatorPool (kept abstract: the controller only hands it to the plan)
+
+
+def _housekeeping(tool_name: str | None, tool_input: object = None) -> bool:
+    """Host housekeeping and bir's own tools: never a step, never a divergence."""
+    return tool_name is None or is_housekeeping(tool_name, tool_input)
+
+
+class Controller:
+    """Answers the seven hooks and ``/scenario/run`` for one project's control server."""
+
+    def __init__(
+        self,
+        *,
+        queue: ProxyWorkQueue,
+        wrapped: set[str],
+        pool: Evaluator,
+        service: ServiceClient,
+        recorder: RunRecorder,
+        reports: ExecutionReports,
+        switches: SwitchReader,
+        delivery_live: Callable[[], bool],
+        wait_for_delivery: Callable[[float], Awaitable[bool]] | None = None,
+        expected_wrapped: Callable[[], frozenset[str]] = frozenset,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.queue = queue
+        self.wrapped = wrapped
+        self.pool = pool
+        self.service = service
+        self.recorder = recorder
+        self.reports = reports
+        self.switches = switches
+        self.delivery_live = delivery_live
+        self.wait_for_delivery = wait_for_delivery or _no_wait
+        self.expected_wrapped = expected_wrapped
+        self.sessions = SessionTable()
+        self.health = ServiceHealth()
+        self.gate = MatchGate()
+        self._clock = clock
+        self.reports_of_proxies = ProxyReports(queue.bind)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.steer = SteerDriver(
+            queue=queue,
+            wrapped=wrapped,
+            service=service,
+            allow_servers=lambda: self.switches().allow,
+            proxy_report=self.reports_of_proxies.wait,
+            clock=clock,
+        )
+
+    # -- the hook routes ------------------------------------------------------------------------
+
+    async def handle(self, event: str, hook: api.HookInput, deadline: float) -> api.HookAnswer:
+        self.queue.note_session(hook.session_id)
+        session = self.sessions.touch(hook.session_id, self._clock())
+        handler = {
+            "SessionStart": self._on_start,
+            "UserPromptSubmit": self._on_prompt,
+            "PreToolUse": self._on_pre,
+            "PostToolUse": self._on_post,
+            "PostToolUseFailure": self._on_post,
+            "Stop": self._on_stop,
+            "SessionEnd": self._on_end,
+        }.get(event)
+        if handler is None:
+            return api.EMPTY_HOOK_ANSWER
+        return await handler(session, hook, deadline)
+
+    def overdue(self, event: str, hook: api.HookInput) -> api.HookAnswer:
+        session = self.sessions.get(hook.session_id)
+        run = session.run if session is not None else None
+        if event == "UserPromptSubmit" and run is not None:
+            # The prompt is answered without the directive: whatever arms later is retired unannounced.
+            run.answered = True
+        if event == "PreToolUse" and run is not None and run.plan is not None and run.plan.mode == "steer":
+            return self.steer.overdue(run)
+        return api.EMPTY_HOOK_ANSWER
+
+    async def _on_start(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
+        log_event("session.started", session_id=session.session_id, source=hook.source)
+        return api.EMPTY_HOOK_ANSWER
+
+    async def _on_prompt(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
+        switches = self.switches()
+        if switches.off:
+            return api.EMPTY_HOOK_ANSWER
+        previous = session.run
+        if previous is not None:
+            self._seal(previous)
+            self._finalize(previous)
+        now = self._clock()
+        run = Run(
+            run_id=f"run_{uuid.uuid4().hex}",
+            session_id=session.session_id,
+            prompt=hook.prompt or "",
+            started=now,
+            mark=mark_transcript_usage(hook.transcript_path),
+            transcript_path=hook.transcript_path,
+            permission_mode=hook.permission_mode,
+        )
+        session.run = run
+        note, session.pending_note = session.pending_note, None
+        if not self.service.configured:
+            return context("UserPromptSubmit", note) if note else api.EMPTY_HOOK_ANSWER
+        matching = self._spawn(run, self._match(run, hook))
+        if not switches.replay:
+            # Replay off is exactly v1: the match only decides whether the turn is recorded (§14).
+            run.decided = True
+            return context("UserPromptSubmit", note) if note else api.EMPTY_HOOK_ANSWER
+        now = self._clock()
+        hold: DecisionCode | None = (
+            "service_unhealthy" if self.health.cooling(now) else "match_slow" if self.gate.held(now) else None
+        )
+        answer = api.EMPTY_HOOK_ANSWER
+        if hold is not None:
+            run.decided = True
+            self._spawn(run, self._decide_later(run, matching, hold))
+        else:
+            answer = await self._arm_from_match(run, matching, hook)
+        if note:
+            extra = answer.hook_specific_output.additional_context if answer.hook_specific_output else None
+            return context("UserPromptSubmit", note + ("\n\n" + extra if extra else ""))
+        return answer
+
+    async def _match(self, run: Run, hook: api.HookInput) -> Matched | None:
+        metadata = {"cwd": hook.cwd, "sessionId": run.session_id, "promptId": hook.prompt_id}
+        began = self._clock()
+        try:
+            answer = await self.service.match(run.run_id, run.prompt, metadata)
+        except ServiceError as exc:
+            self.health.failed(self._clock())
+            self.gate.slow(self._clock())
+            log_event("replay.match_failed", run_id=run.run_id, error=str(exc))
+            return None
+        self.health.answered()
+        took_ms = (self._clock() - began) * 1000
+        if took_ms > config.require_int("BIR_MATCH_SLOW_MS"):
+            hold = self.gate.slow(self._clock())
+            log_event("replay.match_gate", held_s=hold, took_ms=round(took_ms))
+        elif self.gate.fast():
+            log_event("replay.match_gate", held_s=0, took_ms=round(took_ms))
+        if answer is None:
+            run.recording = True
+            self.recorder.start(run.run_id)
+            return None
+        run.matched = answer.matched
+        log_event(
+            "run.matched",
+            run_id=run.run_id,
+            scenario_id=run.scenario_id,
+            similarity=answer.matched.similarity if answer.matched else None,
+            why="similar prompt — the service kept its own run; not recording this one",
+        )
+        return answer.matched
+
+    async def _decide_later(self, run: Run, matching: asyncio.Task[Matched | None], code: DecisionCode) -> None:
+        matched = await matching
+        if matched is not None:
+            self._decline(run, matched, Decline(code, "the prompt did not wait on the match"))
+
+    async def _arm_from_match(
+        self, run: Run, matching: asyncio.Task[Matched | None], hook: api.HookInput
+    ) -> api.HookAnswer:
+        budget_s = config.require_int("BIR_MATCH_BUDGET_MS") / 1000
+        began = self._clock()
+        try:
+            matched = await asyncio.wait_for(asyncio.shield(matching), budget_s)
+        except TimeoutError:
+            run.decided = True
+            self._log_decision(run, "match_timeout", "the match did not answer within BIR_MATCH_BUDGET_MS")
+            self._spawn(run, self._late(run, matching))
+            return api.EMPTY_HOOK_ANSWER
+        if matched is None:
+            run.decided = True
+            return api.EMPTY_HOOK_ANSWER
+        left_s = ARM_BUDGET_S - (self._clock() - began)
+        try:
+            text = await asyncio.wait_for(self._arm(run, matched), max(0.05, left_s))
+        except TimeoutError:
+            if not run.decided:
+                self._decline(run, matched, Decline("arm_timeout", "the plan was not ready inside the prompt's budget"))
+            return api.EMPTY_HOOK_ANSWER
+        if text is None:
+            return api.EMPTY_HOOK_ANSWER
+        if run.answered:
+            # The route already answered without the directive (its deadline passed).
+            self._retire(run, "arm_unannounced")
+            return api.EMPTY_HOOK_ANSWER
+        run.phase = "announced"
+        return context("UserPromptSubmit", text)
+
+    async def _late(self, run: Run, matching: asyncio.Task[Matched | None]) -> None:
+        matched = await matching
+        if matched is not None:
+            # A match that lands after the prompt's budget never steers; its ticket books the baseline.
+            self._draft(run, matched, armed=False)
+
+    async def _arm(self, run: Run, matched: Matched) -> str | None:
+        switches = self.switches()
+        key = resolve_api_key()
+
+        def decide() -> Armable | Decline:
+            return ladder(
+                matched,
+                replay_on=switches.replay,
+                min_similarity=config.get_float("BIR_MIN_STEER_SIMILARITY") or 0.0,
+                wrapped=self.wrapped,
+                delivery_live=self.delivery_live(),
+                permission_mode=run.permission_mode,
+                can_derive=bool(key) or self.service.configured,
+            )
+
+        # A session's first prompt can come while its MCP servers are still starting (Claude Code starts
+        # them beside the first hooks, and a revived control server after them): the proxies bir installed
+        # and bir-scenario's hello are given a moment to land, so the mode is decided on what will be there.
+        began = self._clock()
+        unregistered = self._unregistered(matched)
+        if unregistered:
+            log_event("replay.proxy_wait", run_id=run.run_id, servers=sorted(unregistered))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*(self.queue.wait_served(name) for name in unregistered)), SETTLE_WAIT_S
+                )
+        verdict = decide()
+        waiting_for_hello = isinstance(verdict, Decline) and verdict.code == "no_delivery_tool"
+        if waiting_for_hello:
+            left_s = max(0.0, SETTLE_WAIT_S - (self._clock() - began))
+            log_event("replay.hello_wait", run_id=run.run_id, within_ms=int(left_s * 1000))
+            if await self.wait_for_delivery(left_s):
+                verdict = decide()
+        if isinstance(verdict, Decline):
+            self._decline(run, matched, verdict)
+            return None
+        plan = self._plan(run, verdict, key)
+        run.plan = plan
+        if verdict.mode == "steer":
+            run.steer = SteerState()
+        run.steps_planned = plan.step_count
+        run.phase = "arming"
+        if verdict.scenario.targets:
+            try:
+                await asyncio.wait_for(plan.ready(), config.require_int("BIR_HOOK_DERIVE_BUDGET_MS") / 1000)
+            except (PlanError, PlanStateError, TimeoutError) as exc:
+                reason = exc.message if isinstance(exc, PlanError) else "the parameters were not derived in time"
+                plan.close()
+                run.plan = None
+                self._decline(run, matched, Decline("missing_target", reason))
+                return None
+        if verdict.mode == "steer":
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(plan.preview_arguments(), PREVIEW_BUDGET_S)
+            stop = plan.stop
+            if stop is not None and stop.kind == "params_failed":
+                # Found at arm time (a value the injection guard refuses, a missing target): declined (§13.2).
+                plan.close()
+                run.plan, run.steer = None, None
+                self._decline(run, matched, Decline("missing_target", stop.detail or "the parameters failed"))
+                return None
+        run.decided = True
+        self._draft(run, matched, armed=True)
+        log_event(
+            "plan.armed",
+            run_id=run.run_id,
+            session_id=run.session_id,
+            scenario_id=plan.scenario_id,
+            mode=plan.mode,
+            steps=plan.step_count,
+            tools=[step.tool_name for step in plan.steps],
+            similarity=matched.similarity,
+        )
+        return plan.steering_directive()
+
+    def _unregistered(self, matched: Matched) -> set[str]:
+        """The servers of the scenario's MCP steps that bir installed behind a proxy and whose proxy has not
+        registered yet."""
+        scenario = matched.scenario
+        if scenario is None:
+            return set()
+        expected = self.expected_wrapped()
+        servers = {parsed[0] for step in scenario.steps if (parsed := parse_qualified_name(step.tool_name))}
+        return {name for name in servers if name in expected and name not in self.wrapped}
+
+    def _plan(self, run: Run, armable: Armable, key: str | None) -> ScenarioReplayPlan:
+        scenario: Scenario = armable.scenario
+        mode: ReplayMode = armable.mode
+        budget_s = max(
+            config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000, config.require_int("BIR_DERIVE_BUDGET_MS") / 1000
+        )
+
+        async def derive() -> Mapping[str, object]:
+            derivation: Derivation = await derive_parameters(
+                prompt=run.prompt,
+                scenario=scenario,
+                api_key=key,
+                service=self.service if not self.health.cooling(self._clock()) else None,
+                timeout_s=budget_s,
+                redact=redact_text,
+            )
+            run.derive_cost_usd = derivation.cost_usd
+            log_event(
+                "replay.derived",
+                run_id=run.run_id,
+                source=derivation.source,
+                derived=derivation.derived,
+                missing=list(derivation.missing),
+                reason=derivation.reason,
+                cost_usd=derivation.cost_usd,
+            )
+            return derivation.params
+
+        return ScenarioReplayPlan(scenario, mode, derive(), self.pool)
+
+    # -- tool calls -------------------------------------------------------------------------------
+
+    async def _on_pre(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
+        if self.switches().off:
+            return api.EMPTY_HOOK_ANSWER
+        run = session.run
+        tool, tool_use_id = hook.tool_name, hook.tool_use_id
+        if tool_use_id is not None:
+            self.reports_of_proxies.note_call(tool_use_id, session.session_id)
+        if run is None or run.phase == "sealed":
+            return api.EMPTY_HOOK_ANSWER
+        if tool_use_id is not None and tool is not None and len(run.pending) < 256:
+            run.pending[tool_use_id] = PendingCall(tool_use_id, tool, hook.tool_input, self._clock())
+        plan = run.plan
+        if plan is not None and plan.mode == "steer":
+            return await self.steer.pre(run, hook, deadline)
+        if plan is None:
+            return self._correlate(run, hook)
+        if plan.mode != "direct" or run.phase not in ("announced", "running"):
+            return api.EMPTY_HOOK_ANSWER
+        if tool == RUN_SCENARIO_TOOL:
+            if run.bound_tool_use_id is None and run.permission_mode != "plan":
+                run.bound_tool_use_id = tool_use_id
+                log_event("replay.run_bound", run_id=run.run_id, session_id=run.session_id, tool_use_id=tool_use_id)
+                return api.HookAnswer(
+                    hook_specific_output=api.HookSpecificOutput(
+                        hook_event_name="PreToolUse",
+                        permission_decision="allow",
+                        permission_decision_reason="bir: the prepared scenario for this request",
+                    )
+                )
+            return api.EMPTY_HOOK_ANSWER
+        if _housekeeping(tool, hook.tool_input):
+            return api.EMPTY_HOOK_ANSWER
+        if not run.direct_started:
+            # §6.4: a direct plan never diverges; any other first call (or a run_scenario that never
+            # reached us) retires it without running anything, and the call runs as written.
+            run.veto_note_for = tool_use_id
+            self._retire(run, "vetoed")
+        return api.EMPTY_HOOK_ANSWER
+
+    async def _on_post(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
+        run = session.run
+        tool, tool_use_id = hook.tool_name, hook.tool_use_id
+        if run is None or tool_use_id is None:
+            return api.EMPTY_HOOK_ANSWER
+        call = run.pending.pop(tool_use_id, None)
+        failed = hook.hook_event_name == "PostToolUseFailure" or hook.error is not None
+        if run.recording and not _housekeeping(tool, hook.tool_input) and tool is not None:
+            duration = hook.duration_ms if hook.duration_ms is not None else None
+            if duration is None and call is not None:
+                duration = (self._clock() - call.started) * 1000
+            self._spawn(run, self._record_step(run, tool, hook, failed, duration))
+        event = hook.hook_event_name or "PostToolUse"
+        plan = run.plan
+        if (
+            plan is not None
+            and plan.mode == "direct"
+            and tool == RUN_SCENARIO_TOOL
+            and tool_use_id == run.bound_tool_use_id
+            and not run.direct_started
+        ):
+            # Refused, denied or failed on the way: never override it by running the same steps another way.
+            self._retire(run, "vetoed")
+            return context(event, NOT_RUN_NOTE)
+        if run.veto_note_for is not None and tool_use_id == run.veto_note_for:
+            run.veto_note_for = None
+            return context(event, NOT_RUN_NOTE)
+        steered = await self.steer.post(run, hook, deadline)
+        if steered is not None and steered != api.EMPTY_HOOK_ANSWER:
+            return steered
+        if session.pending_note:
+            note, session.pending_note = session.pending_note, None
+            return context(event, note)
+        return api.EMPTY_HOOK_ANSWER
+
+    async def _record_step(
+        self, run: Run, tool: str, hook: api.HookInput, failed: bool, duration_ms: float | None
+    ) -> None:
+        tool_use_id = hook.tool_use_id or ""
+        report: api.StepReport | None = None
+        parsed = parse_qualified_name(tool)
+        if parsed is not None and parsed[0] in self.wrapped:
+            report = await self.reports_of_proxies.wait(tool_use_id, PROXY_REPORT_GRACE_S)
+            if report is None:
+                log_event("replay.thread_fallback", tool=tool, why="no proxy report — recording the hook's view")
+        if report is not None:
+            value: object = report.result if report.error is None else {"error": report.error}
+            error = report.error
+        else:
+            value = hook.tool_response if not failed else {"error": hook.error}
+            error = hook.error if failed else None
+        output = serialize_capped(redact(value), MAX_OUTPUT_CHARS)
+        took = None if duration_ms is None else round(duration_ms)
+        tool_input = hook.tool_input
+        if isinstance(tool_input, dict) and api.CALL_ID_KEY in tool_input:
+            # The call id is bir's, stripped before the upstream saw the call: the recording holds what ran.
+            tool_input = {k: v for k, v in tool_input.items() if k != api.CALL_ID_KEY}
+        self.recorder.step(run.run_id, None, tool, tool_input, tool_output=output, error=error, duration_ms=took)
+
+    def _correlate(self, run: Run, hook: api.HookInput) -> api.HookAnswer:
+        """§7.1: an ordinary wrapped MCP call carries a call id only where answering changes nothing the
+        user is asked (``bypassPermissions``) or the operator opted in (``BIR_CORRELATION_DECISION``),
+        never in plan mode, and only into a server whose live proxy strips it."""
+        tool, tool_use_id = hook.tool_name, hook.tool_use_id
+        if tool is None or tool_use_id is None or not isinstance(hook.tool_input, dict):
+            return api.EMPTY_HOOK_ANSWER
+        mode = hook.permission_mode or run.permission_mode
+        choice = config.get_str("BIR_CORRELATION_DECISION") or "none"
+        decision = "allow" if mode == "bypassPermissions" else choice
+        if mode == "plan" or decision not in ("allow", "ask") or api.CALL_ID_KEY in hook.tool_input:
+            return api.EMPTY_HOOK_ANSWER
+        updated = self.steer.with_call_id(tool, hook.tool_input)
+        call_id = updated.get(api.CALL_ID_KEY)
+        if not isinstance(call_id, str):
+            return api.EMPTY_HOOK_ANSWER
+        self.reports_of_proxies.note_call_id(call_id, tool_use_id)
+        return api.HookAnswer(
+            hook_specific_output=api.HookSpecificOutput(
+                hook_event_name="PreToolUse",
+                permission_decision="allow" if decision == "allow" else "ask",
+                updated_input=updated,
+            )
+        )
+
+    # -- proxies ----------------------------------------------------------------------------------
+
+    async def on_step(self, received: ReceivedStep) -> None:
+        """A proxy's report: kept for its hook, and binding the proxy to its call's session (FACTS.md §4)."""
+        self.reports_of_proxies.add(received.report)
+
+    # -- run_scenario (§6.3) ----------------------------------------------------------------------
+
+    async def run_scenario(self, request: api.ScenarioRunRequest) -> api.ScenarioRunAnswer:
+        run = self._run_for(request)
+        if run is None or run.plan is None:
+            return api.ScenarioRunAnswer(ok=False, why=api.NO_PLAN)
+        if run.direct_started:
+            return api.ScenarioRunAnswer(ok=False, why=ALREADY_RUNNING)
+        run.direct_started = True
+        run.phase = "running"
+        plan = run.plan
+        budget_s = (config.get_float("BIR_REPLAY_BUDGET_MS") or config.require_int("BIR_REPLAY_PLAN_BUDGET_MS")) / 1000
+        derive_s = config.require_int("BIR_DERIVE_BUDGET_MS") / 1000
+        if derive_s + budget_s > DIRECT_CEILING_S:
+            derive_s = min(derive_s, 60.0)
+            budget_s = max(1.0, DIRECT_CEILING_S - derive_s)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(plan.ready(), derive_s)
+        except PlanError as exc:
+            run.end = "handed_over"
+            return api.ScenarioRunAnswer(ok=False, why=exc.note or NOT_RUN_NOTE, note=True)
+        executor = SessionExecutor(
+            self.queue,
+            session_id=run.session_id,
+            step_timeout_s=config.require_int("BIR_STEP_TIMEOUT_MS") / 1000,
+            allow=self.switches().allow,
+            deadline=self._clock() + budget_s,
+        )
+        try:
+            bundle = await plan.compose_bundle(MAX_REPLAY_REASON, executor, deadline=self._clock() + budget_s)
+        except asyncio.CancelledError:
+            run.end = "cancelled"
+            session = self.sessions.get(run.session_id)
+            if session is not None and plan.note:
+                session.pending_note = plan.note
+            log_event("replay.run_cancelled", run_id=run.run_id, steps_run=plan.current_step_index)
+            raise
+        if bundle.stop is None:
+            try:
+                await plan.response_model()
+            except PlanError as exc:
+                log_event("replay.response_failed", run_id=run.run_id, error=exc.message)
+            run.end = "completed"
+            log_event("scenario.answered", run_id=run.run_id, steps=plan.step_count, partial=False)
+            return api.ScenarioRunAnswer(ok=True, text=bundle.text, steps=bundle.steps_run, partial=False)
+        run.end = "out_of_time" if bundle.stop.kind == "out_of_time" else "handed_over"
+        if bundle.steps_run == 0 and not bundle.tool_ran_at_stop:
+            return api.ScenarioRunAnswer(ok=False, why=bundle.text, note=True)
+        return api.ScenarioRunAnswer(ok=True, text=bundle.text, steps=bundle.steps_run, partial=True)
+
+    def _run_for(self, request: api.ScenarioRunRequest) -> Run | None:
+        waiting = [
+            session.run
+            for session in self.sessions
+            if session.run is not None
+            and session.run.plan is not None
+            and session.run.bound_tool_use_id is not None
+            and session.run.phase in ("announced", "running")
+        ]
+        if request.tool_use_id is not None:
+            return next((run for run in waiting if run.bound_tool_use_id == request.tool_use_id), None)
+        if len(waiting) > 1:
+            log_event("replay.run_ambiguous", sessions=[run.session_id for run in waiting])
+            return None
+        return waiting[0] if waiting else None
+
+    # -- sealing and reporting --------------------------------------------------------------------
+
+    async def _on_stop(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
+        run = session.run
+        if run is not None:
+            if hook.last_assistant_message:
+                run.last_answer = hook.last_assistant_message
+            self._seal(run)
+            self._spawn_detached(self._finalize_later(run))
+        return api.EMPTY_HOOK_ANSWER
+
+    async def _on_end(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
+        run = session.run
+        if run is not None:
+            self._seal(run)
+            self._finalize(run)
+        self.queue.end_session(session.session_id)
+        self.sessions.drop(session.session_id)
+        return api.EMPTY_HOOK_ANSWER
+
+    def _seal(self, run: Run) -> None:
+        if run.phase == "sealed":
+            return
+        plan = run.plan
+        if (
+            plan is not None
+            and plan.mode == "direct"
+            and run.phase in ("announced", "arming")
+            and not run.direct_started
+        ):
+            # §6.4: a direct plan whose run_scenario never came books not_steered.
+            self._retire(run, "vetoed")
+        elif plan is not None and plan.mode == "steer" and run.phase in ("announced", "running", "arming"):
+            # The turn ended with the plan still armed: whatever threaded is work done, the rest was the model's.
+            run.end = "retired"
+            plan.close()
+        run.phase = "sealed"
+        run.sealed_at = self._clock()
+
+    async def _finalize_later(self, run: Run) -> None:
+        await asyncio.sleep(FINALIZE_AFTER_STOP_S)
+        self._finalize(run)
+
+    def _finalize(self, run: Run) -> None:
+        """Book the run once: its recording's finish and its execution report (both queued)."""
+        if run.finalized:
+            return
+        run.finalized = True
+        usages = usage_since(run.transcript_path, run.mark) if run.mark is not None else []
+        booking = book(run, usages, run.sealed_at or self._clock())
+        finish, report = booking.finish, booking.report
+        if finish is not None:
+            self.recorder.finish(
+                run.run_id,
+                finish.output,
+                duration_ms=finish.duration_ms,
+                usage=finish.usage,
+                cost_usd=finish.cost_usd,
+                measured=finish.measured,
+                pricing_version=finish.pricing_version,
+            )
+        if report is None:
+            return
+        log_event(
+            "replay.reported",
+            run_id=run.run_id,
+            scenario_id=report.scenario_id,
+            outcome=report.decision.outcome,
+            measured=report.decision.measured,
+            session_cost_usd=report.session_cost_usd,
+            sent=report.body is not None,
+        )
+        self.reports.finalize_report(report.ticket, report.body, scenario_id=report.scenario_id)
+
+    # -- decisions ----------------------------------------------------------------------------------
+
+    def _log_decision(self, run: Run, code: DecisionCode, why: str) -> None:
+        log_event(
+            "replay.decision",
+            code=code,
+            why=why,
+            run_id=run.run_id,
+            session_id=run.session_id,
+            scenario_id=run.scenario_id,
+        )
+
+    def _decline(self, run: Run, matched: Matched, decline: Decline) -> None:
+        if run.decided:
+            return
+        run.decided = True
+        self._log_decision(run, decline.code, decline.why)
+        self._draft(run, matched, armed=False)
+
+    def _retire(self, run: Run, code: DecisionCode) -> None:
+        plan = run.plan
+        if plan is None or run.phase == "retired":
+            return
+        run.phase = "retired"
+        run.end = "retired"
+        event = "replay.vetoed" if code == "vetoed" else "replay.decision"
+        log_event(event, code=code, run_id=run.run_id, session_id=run.session_id, scenario_id=plan.scenario_id)
+        plan.close()
+
+    def _draft(self, run: Run, matched: Matched, *, armed: bool) -> None:
+        ticket, scenario_id = matched.execution_ticket, run.scenario_id
+        if ticket is not None and scenario_id is not None:
+            self.reports.draft_report(ticket, scenario_id, draft(run, ticket, armed=armed))
+
+    # -- tasks --------------------------------------------------------------------------------------
+
+    def _spawn(self, run: Run, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(work)
+        run.tasks.add(task)
+        task.add_done_callback(run.tasks.discard)
+        task.add_done_callback(_log_failure)
+        return task
+
+    def _spawn_detached(self, work: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
+
+    async def close(self) -> None:
+        """Finalize every open run (a shutdown books what it knows) and stop background work."""
+        for session in self.sessions:
+            if session.run is not None:
+                self._seal(session.run)
+                self._finalize(session.run)
+        for task in list(self._tasks):
+            task.cancel()
+
+
+async def _no_wait(within_s: float) -> bool:
+    return False
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log_event("control.task_failed", error=f"{type(exc).__name__}: {exc}"[:500])

@@ -1,0 +1,208 @@
+"""``bir doctor``: every problem it names is found (a missing hook, a dead proxy, replay on with no
+allowlist, nobody to derive), each with the command that fixes it; the replay block comes first."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bir.cli import main
+from bir.core import credentials
+from bir.hooks import api
+from bir.hooks.commands import doctor
+from bir.hooks.commands.doctor import DoctorFacts, EvaluatorFacts, HookFact
+from bir.hooks.commands.probes import ControlFacts, ServiceCheck
+from bir.hooks.commands.status import OffState, StatusFacts
+from bir.hooks.discovery import Discovery
+from tests.hooks.ops_facts import replay_view_of
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project whose user has one stdio MCP server, ``fleet``; Claude Code's config lives under tmp."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    fleet = {"type": "stdio", "command": sys.executable, "args": ["-m", "bir.examples.fleet_server"]}
+    (home / ".claude.json").write_text(json.dumps({"mcpServers": {"fleet": fleet}}))
+    path = tmp_path / "project"
+    path.mkdir()
+    return path.resolve()
+
+
+def doctor_json(capsys: pytest.CaptureFixture[str], project: Path) -> tuple[int, dict[str, Any]]:
+    code = main(["doctor", "--project", str(project), "--json"])
+    data: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return code, data
+
+
+def finding(data: dict[str, Any], topic: str, words: str) -> dict[str, Any]:
+    found: list[dict[str, Any]] = [f for f in data["findings"] if f["topic"] == topic and words in f["text"]]
+    assert found, f"no {topic} finding with {words!r} in {data['findings']}"
+    return found[0]
+
+
+def test_a_fresh_replay_install_is_told_it_has_no_allowlist_and_nobody_to_derive(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    capsys.readouterr()
+    code, data = doctor_json(capsys, project)
+    assert code == 1
+    assert data["replay"] == {"on": True, "allow": None, "minSteerSimilarity": 0.92, "derives": "nobody"}
+    allow = finding(data, "replay", "no allowlist")
+    assert allow["level"] == "warning"
+    assert allow["fix"].startswith("bir replay allow")
+    assert "fleet" in allow["fix"]
+    derive = finding(data, "derive", "nobody derives")
+    assert derive["level"] == "broken"
+    assert "bir login" in derive["fix"]
+    assert finding(data, "hooks", "all 7 hooks as expected")["level"] == "ok"
+    assert finding(data, "evaluator", "BIR_LOGIC_TIMEOUT_MS=1000 (from default)")["level"] == "ok"
+
+
+def test_a_missing_hook_and_a_wrong_timeout_are_broken_and_fixed_by_bir_install(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BIR_DERIVE_API_KEY", "sk-test")
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    assert main(["replay", "allow", "fleet", "--project", str(project)]) == 0
+    capsys.readouterr()
+    settings_path = project / ".claude" / "settings.local.json"
+    settings = json.loads(settings_path.read_text())
+    del settings["hooks"]["PreToolUse"]
+    settings["hooks"]["Stop"][0]["hooks"][0]["timeout"] = 60
+    settings["hooks"]["Stop"][0]["hooks"][0]["async"] = True
+    settings_path.write_text(json.dumps(settings))
+    code, data = doctor_json(capsys, project)
+    assert code == 1
+    assert data["replay"]["derives"] == "this machine"
+    assert data["replay"]["allow"] == ["fleet"]
+    missing = finding(data, "hooks", "PreToolUse: bir's hook is missing")
+    assert (missing["level"], missing["fix"]) == ("broken", "bir install")
+    wrong = finding(data, "hooks", "Stop: timeout 60, expected 5")
+    assert "async" in wrong["text"]
+    assert wrong["fix"] == "bir install"
+    assert not [f for f in data["findings"] if f["topic"] == "replay"]
+
+    # The text puts replay first, loudly, and every problem with its fix.
+    assert main(["doctor", "--project", str(project)]) == 1
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].startswith("replay: ON")
+    assert text.splitlines()[1] == "allowlist: fleet"
+    assert "fix: bir install" in text
+
+
+def test_a_project_without_bir_is_broken_and_told_to_install(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, data = doctor_json(capsys, project)
+    assert code == 1
+    assert finding(data, "install", "not installed")["fix"] == "bir install --replay"
+
+
+# -- the pure judgement, on facts built by hand ----------------------------------------------------------
+
+
+def hooks_ok() -> tuple[HookFact, ...]:
+    return tuple(
+        HookFact(event, 1, timeout, False, f"/bin/bir-hook {event}", True)
+        for event, (_, timeout, _) in api.HOOK_ROUTES.items()
+    )
+
+
+def doctor_facts(
+    health: api.Health | None,
+    *,
+    allow: tuple[str, ...] | None = ("fleet",),
+    derive_key: bool = False,
+    signed_in: bool = True,
+    local: dict[str, str] | None = None,
+) -> DoctorFacts:
+    status = StatusFacts(
+        project="/p",
+        replay=replay_view_of(replay=True, allow=allow, wrapped=("fleet",)),
+        down=False,
+        off=OffState(False, False, "/h/off"),
+        control=ControlFacts(Discovery("http://127.0.0.1:1", "t", 4242, "0", 0, "/p"), health),
+        sign_in=credentials.Effective(
+            "https://svc" if signed_in else None, "t" if signed_in else None, "stored", "stored"
+        ),
+        service=ServiceCheck("accepted" if signed_in else "unconfigured", "https://svc" if signed_in else None),
+        log="/h/logs/k.log",
+    )
+    return DoctorFacts(
+        status=status,
+        settings_path="/p/.claude/settings.local.json",
+        settings_error=None,
+        hooks=hooks_ok(),
+        local_servers=local if local is not None else {"fleet": "proxy", "bir": "bir"},
+        min_steer_similarity=0.92,
+        derive_key=derive_key,
+        anthropic_key_ignored=False,
+        evaluator=EvaluatorFacts("v8", True, "2", "1000", "default"),
+    )
+
+
+def health(served: list[str], wrapped: list[str]) -> api.Health:
+    hello = api.LastHello(pid=1, version="0", tools=1, off=False, age_ms=5000)
+    return api.Health(ok=True, pid=4242, version="0", uptime_ms=1000, served=served, wrapped=wrapped, last_hello=hello)
+
+
+def test_a_proxy_that_registered_and_stopped_polling_is_a_dead_proxy_with_where_to_look() -> None:
+    diagnosis = doctor.diagnose(doctor_facts(health(served=[], wrapped=["fleet"])))
+    dead = [f for f in diagnosis.findings if f.topic == "proxies"]
+    assert len(dead) == 1
+    assert dead[0].level == "warning"
+    assert "stopped polling" in dead[0].text
+    assert dead[0].fix is not None
+    assert "/h/logs/k.log" in dead[0].fix
+    alive = doctor.diagnose(doctor_facts(health(served=["fleet"], wrapped=["fleet"])))
+    assert [f.text for f in alive.findings if f.topic == "proxies"] == ["fleet: proxy alive"]
+    assert not alive.broken
+
+
+def test_a_wrapped_server_whose_entry_is_gone_is_broken() -> None:
+    diagnosis = doctor.diagnose(doctor_facts(health(["fleet"], ["fleet"]), local={"bir": "bir"}))
+    gone = [f for f in diagnosis.findings if f.topic == "proxies"]
+    assert gone[0].level == "broken"
+    assert gone[0].fix == "bir install"
+    assert diagnosis.broken
+
+
+def test_who_derives_is_this_machine_then_the_service_then_nobody() -> None:
+    assert doctor.who_derives(doctor_facts(None, derive_key=True, signed_in=False)) == "this machine"
+    assert doctor.who_derives(doctor_facts(None)) == "the service"
+    nobody = doctor.diagnose(doctor_facts(None, signed_in=False))
+    assert nobody.deriver == "nobody"
+    assert any(f.topic == "derive" and f.level == "broken" for f in nobody.findings)
+
+
+def test_a_control_server_that_does_not_answer_is_broken() -> None:
+    diagnosis = doctor.diagnose(doctor_facts(None))
+    control = [f for f in diagnosis.findings if f.topic == "control"]
+    assert control[0].level == "broken"
+    assert control[0].fix == "bir down && bir up"
+
+
+def test_mcp_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_gone(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["install", "--replay", "--mcp-hooks", "--project", str(project)]) == 0
+    capsys.readouterr()
+    _, data = doctor_json(capsys, project)
+    ok = finding(data, "hooks", "all 7 hooks as expected")
+    assert ok["level"] == "ok"
+    assert "PreToolUse, PostToolUse, PostToolUseFailure as mcp_tool hooks" in ok["text"]
+
+    # The bir server taken out by hand: the mcp_tool hooks would reach nothing.
+    config_path = Path.home() / ".claude.json"
+    config = json.loads(config_path.read_text())
+    del config["projects"][str(project)]["mcpServers"]["bir"]
+    config_path.write_text(json.dumps(config))
+    _, data = doctor_json(capsys, project)
+    broken = finding(data, "hooks", "PreToolUse: an mcp_tool hook on the `bir` MCP server, which is not registered")
+    assert (broken["level"], broken["fix"]) == ("broken", "bir install --replay --mcp-hooks")
