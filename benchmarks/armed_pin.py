@@ -34,9 +34,11 @@ from bir.core.service import ServiceClient
 from bir.core.types import Scenario, parse_scenario
 from bir.evaluator import EvaluatorPool
 from bir.hooks.server.control import ControlServer
-from bir.hooks.session.controller import Controller, Switches
+from bir.hooks.server.work_queue import ProxyWorkQueue
+from bir.hooks.session.controller import Controller
 from bir.hooks.session.recorder import Recorder
 from bir.hooks.session.state import Run, SteerState
+from bir.hooks.session.switches import Switches
 
 START_TIMEOUT_S: Final = 30.0
 CALL_TIMEOUT_S: Final = 30.0
@@ -145,10 +147,23 @@ class BenchServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._error: BaseException | None = None
-        self.server = ControlServer(replay_enabled=True)
+        self.queue = ProxyWorkQueue()
+        self.wrapped: set[str] = {BENCH_SERVER}
+        self._server: ControlServer | None = None
         self.controller: Controller | None = None
         self.pool: EvaluatorPool | None = None
         self._thread = threading.Thread(target=self._run, name="bir-bench-control", daemon=True)
+
+    @property
+    def server(self) -> ControlServer:
+        """The started control server.
+
+        Raises:
+            RuntimeError: not started yet.
+        """
+        if self._server is None:
+            raise RuntimeError("the bench server is not started")
+        return self._server
 
     def _run(self) -> None:
         async def serve() -> None:
@@ -156,28 +171,29 @@ class BenchServer:
             self._stop = asyncio.Event()
             try:
                 async with ServiceClient("", "") as service, EvaluatorPool() as pool:
-                    await self.server.start()
+                    self.pool = pool
+                    self.controller = Controller(
+                        queue=self.queue,
+                        wrapped=self.wrapped,
+                        pool=pool,
+                        service=service,
+                        # No service: the recorder keeps nothing (the bench's runs are armed, never missed).
+                        recorder=Recorder(None, service_configured=False),
+                        reports=_NoReports(),
+                        switches=lambda: Switches(off=False, replay=True, allow=None),
+                        delivery_live=lambda: False,
+                    )
+                    server = ControlServer(
+                        handler=self.controller, queue=self.queue, wrapped=self.wrapped, replay_enabled=True
+                    )
+                    self._server = server
+                    await server.start()
                     try:
-                        self.pool = pool
-                        self.controller = Controller(
-                            queue=self.server.queue,
-                            wrapped=self.server.wrapped,
-                            pool=pool,
-                            service=service,
-                            # No service: the recorder keeps nothing (the bench's runs are armed, never missed).
-                            recorder=Recorder(None, service_configured=False),
-                            reports=_NoReports(),
-                            switches=lambda: Switches(off=False, replay=True, allow=None),
-                            delivery_live=lambda: False,
-                        )
-                        self.server.hook_handler = self.controller
-                        self.server.wrapped.add(BENCH_SERVER)
                         self._ready.set()
                         await self._stop.wait()
                     finally:
-                        self.server.hook_handler = None
-                        await self.controller.close() if self.controller is not None else None
-                        await self.server.stop()
+                        await server.stop()
+                        await self.controller.close()
             except BaseException as exc:
                 self._error = exc
                 self._ready.set()
@@ -195,9 +211,14 @@ class BenchServer:
             PinMeasureError: the server or its pool did not start.
         """
         self._thread.start()
-        if not self._ready.wait(START_TIMEOUT_S) or self.server.url is None or self._error is not None:
+        if (
+            not self._ready.wait(START_TIMEOUT_S)
+            or self._server is None
+            or self._server.url is None
+            or self._error is not None
+        ):
             raise PinMeasureError(f"the control server did not start: {self._error!r}")
-        return self.server.url
+        return self._server.url
 
     def call(self, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run ``work()`` on the server's loop and wait for its result.
@@ -228,7 +249,7 @@ class BenchServer:
             if controller is None or pool is None:
                 raise PinMeasureError("the control server is not running")
             # A proxy heard from now: the §7.1 merge adds a call id only for a served wrapped server.
-            self.server.queue.register(BENCH_SERVER, BENCH_PROXY_ID)
+            self.queue.register(BENCH_SERVER, BENCH_PROXY_ID)
             plan = ScenarioReplayPlan(_scenario(body), "steer", _resolved(PARAMS), pool)
             await plan.ready()
             if body == "reads_24kb":

@@ -38,7 +38,7 @@ from bir.core.log import log_event
 from bir.hooks.api import CALL_ID_KEY
 from bir.hooks.discovery import write_discovery
 from bir.hooks.server.control import ControlServer
-from bir.hooks.server.routes import ReceivedStep
+from bir.hooks.server.routes import NoSession, ReceivedStep
 
 # The demo upstream ships inside the package, so the bench runs from an installed wheel too.
 FLEET_MODULE: Final = "bir.examples.fleet_server"
@@ -77,14 +77,14 @@ class BenchError(Exception):
     """The bench cannot measure what it claims to (a call failed, the control path is not active)."""
 
 
-class _StepReports:
+class _StepReports(NoSession):
     """Counts the control-known proxy's step reports that carry one of the bench's call ids."""
 
     def __init__(self) -> None:
         self.count = 0
         self._changed = anyio.Event()
 
-    async def note(self, received: ReceivedStep) -> None:
+    async def on_step(self, received: ReceivedStep) -> None:
         call_id = received.report.call_id
         if call_id is not None and call_id.startswith("bench-"):
             self.count += 1
@@ -168,9 +168,8 @@ async def _measure(plan: Plan, workdir: Path, errlog: TextIO) -> _Measured:
     home, project = workdir / "home", workdir / "project"
     home.mkdir()
     project.mkdir()
-    control = ControlServer(replay_enabled=True)
     reports = _StepReports()
-    control.on_step = reports.note
+    control = ControlServer(handler=reports, replay_enabled=True)
     try:
         await control.start()
         # The proxy finds the control server through discovery under its own BIR_HOME.

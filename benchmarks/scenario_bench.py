@@ -35,7 +35,7 @@ from bir.core.errors import LogicError
 from bir.core.logic import merge_resp_params
 from bir.core.redact import redact_text
 from bir.core.service import ServiceClient
-from bir.core.source_run import RecordedOutputs, fetch_recorded_outputs, output_text
+from bir.core.source_run import RecordedOutputs, fetch_recorded_outputs, recorded_text
 from bir.core.types import LogicKind, Scenario
 from bir.evaluator.pool import EvaluatorPool
 from bir.hooks.replay.command import ReplayUsageError, load_scenario
@@ -159,7 +159,7 @@ def read_outputs_file(path: Path) -> dict[int, str]:
             index = int(key)
         except ValueError:
             raise ScenarioBenchError(f"{path}: {key[:40]!r} is not a step index") from None
-        outputs[index] = output_text(value)
+        outputs[index] = recorded_text(value)
     return outputs
 
 

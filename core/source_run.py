@@ -22,8 +22,9 @@ from bir.core.types import RecordedStep
 MIN_LOOKUP_S = 0.25
 
 
-def output_text(value: object) -> str:
-    """A recorded output as the text a logic body's ``toolOutput`` receives (compact, as ``JSON.stringify``)."""
+def recorded_text(value: object) -> str:
+    """A recorded output (redacted and capped when it was recorded) as the text a logic body's
+    ``toolOutput`` receives (compact, as ``JSON.stringify``)."""
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -42,7 +43,7 @@ class RecordedOutputs:
         for _, step in ordered:
             if step.tool_output is None:
                 continue
-            self._queues.setdefault(step.tool_name, deque()).append(output_text(step.tool_output))
+            self._queues.setdefault(step.tool_name, deque()).append(recorded_text(step.tool_output))
 
     def take(self, tool_name: str) -> str | None:
         """The next recorded output of ``tool_name``, or ``None`` when none is left."""

@@ -62,9 +62,9 @@ class _RawV8:
     """One mini-racer context and nothing else: no realm, no runner, no time limit."""
 
     def __init__(self, memory_mb: int) -> None:
-        from bir.evaluator.engine_v8 import _init_v8
+        from bir.evaluator.engine_v8 import init_v8
 
-        _init_v8(memory_mb)
+        init_v8(memory_mb)
         from py_mini_racer import _mini_racer
 
         self._maker = _mini_racer._make_context()

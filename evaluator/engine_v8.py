@@ -10,7 +10,7 @@ thread right after the eval returns; ``settle`` runs behind it, so a runaway cal
 settle that does not finish, and the worker exits.
 
 That private surface is an owned decision: ``PRIVATE_SURFACE`` names every piece of it,
-``private_surface_gap`` checks them before a worker starts, and ``make_v8_engine`` falls back to
+``private_surface_gap`` checks them before a worker starts, and ``engine_v8_choice.make_v8_engine`` falls back to
 mini-racer's public API (``engine_v8_public.PublicV8Engine``, slower) when one is missing, so that an
 upgrade of mini-racer slows the worker down instead of breaking it. ``tests/evaluator/test_engine_surface.py``
 fails, naming what moved, when it does.
@@ -58,7 +58,8 @@ PRIVATE_NATIVE: Final = {"mr_eval": 3, "mr_cancel_task": 2}
 _flags_applied = False
 
 
-def _init_v8(memory_mb: int) -> None:
+def init_v8(memory_mb: int) -> None:
+    """Apply the workers' V8 flags, once per process, before any context exists."""
     global _flags_applied
     if _flags_applied:
         return
@@ -127,30 +128,13 @@ def private_surface_gap() -> str | None:
     return "mini-racer's private surface moved: " + ", ".join(missing)
 
 
-def make_v8_engine(memory_mb: int, surface: str = "auto") -> V8Engine:
-    """The V8 engine of a worker: the fast private-surface engine, or the public-API one when
-    ``surface`` is "public" or the private surface is missing (``engine.fallback`` says why)."""
-    from bir.evaluator.engine_v8_public import PublicV8Engine
-
-    _init_v8(memory_mb)
-    if surface == "public":
-        return PublicV8Engine(memory_mb, why="forced by BIR_LOGIC_ENGINE_SURFACE=public")
-    gap = private_surface_gap()
-    if gap is None:
-        try:
-            return V8Engine(memory_mb)
-        except (AttributeError, TypeError, ImportError) as exc:
-            gap = f"mini-racer's private surface failed: {type(exc).__name__}: {bounded(str(exc), 200)}"
-    return PublicV8Engine(memory_mb, why=gap)
-
-
 class V8Engine:
     name = "v8"
     # Why this engine runs on mini-racer's public API instead of its private surface, or None.
     fallback: str | None = None
 
     def __init__(self, memory_mb: int) -> None:
-        _init_v8(memory_mb)
+        init_v8(memory_mb)
         from py_mini_racer import JSEvalException, JSParseException, _mini_racer
 
         self._parse_error = JSParseException

@@ -1,4 +1,4 @@
-"""The V8 engine on mini-racer's public API only: the fallback of ``engine_v8.make_v8_engine``.
+"""The V8 engine on mini-racer's public API only: the fallback of ``engine_v8_choice.make_v8_engine``.
 
 Same realm, same runner, same outcomes as ``V8Engine`` (it is one, with another round trip): each
 eval is ``MiniRacer.eval(code, timeout_sec=…)``, which hops through mini-racer's asyncio thread and
@@ -18,7 +18,7 @@ import json
 from typing import Any, Final
 
 from bir.evaluator.engine import Wedged, bounded
-from bir.evaluator.engine_v8 import CANCEL_GRACE_S, V8Engine, _init_v8
+from bir.evaluator.engine_v8 import CANCEL_GRACE_S, V8Engine, init_v8
 
 # mini-racer's setTimeout shim (py_mini_racer._set_timeout): pinned, not deletable (`var`).
 _TIMER_GLOBALS: Final = ("setTimeout", "clearTimeout", "__timer_manager")
@@ -39,7 +39,7 @@ class PublicV8Engine(V8Engine):
     """``V8Engine`` on ``py_mini_racer.MiniRacer``'s public methods; ``fallback`` says why it runs."""
 
     def __init__(self, memory_mb: int, why: str) -> None:
-        _init_v8(memory_mb)
+        init_v8(memory_mb)
         from py_mini_racer import JSEvalException, JSParseException, JSTimeoutException, MiniRacer
 
         self._parse_error = JSParseException

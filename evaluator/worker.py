@@ -110,7 +110,7 @@ def _make_engine(name: str, memory_mb: int, surface: str = "auto") -> Engine:
         from bir.evaluator.engine_quickjs import make_quickjs_engine
 
         return make_quickjs_engine(memory_mb, surface)
-    from bir.evaluator.engine_v8 import make_v8_engine
+    from bir.evaluator.engine_v8_choice import make_v8_engine
 
     return make_v8_engine(memory_mb, surface)
 

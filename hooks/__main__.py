@@ -1,5 +1,5 @@
 """``python -m bir.hooks``: the same as the ``bir-hooks`` console script."""
 
-from bir.hooks.server.control import main
+from bir.hooks.daemon import main
 
 raise SystemExit(main())

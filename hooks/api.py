@@ -209,6 +209,12 @@ HookEvent = Literal[
     "SessionEnd",
 ]
 
+# The `bir` MCP server (`bir-scenario`) as `bir install --replay` names it in a project, and its tool.
+BIR_SERVER: Final = "bir"
+RUN_SCENARIO_NAME: Final = "run_scenario"
+# The tool as the model and the hooks see it (FACTS.md §3: `mcp__<server>__<tool>`).
+RUN_SCENARIO_TOOL: Final = f"mcp__{BIR_SERVER}__{RUN_SCENARIO_NAME}"
+
 # The route each hook event posts to, the timeout ``bir install`` writes for it (seconds) and the
 # control server's own deadline for answering it (ms), well inside the hook's timeout (§10).
 HOOK_ROUTES: Final[dict[str, tuple[str, int, int]]] = {
@@ -226,7 +232,7 @@ HOOK_ROUTES: Final[dict[str, tuple[str, int, int]]] = {
 # (``bir-scenario``) instead of a ``bir-hook`` process (FACTS.md §3.3). Claude Code interpolates every
 # ``${path}`` of the hook input into a string ("" when absent; objects become JSON text), so the tool
 # takes each field as a string and rebuilds the hook input before POSTing it to the event's route.
-MCP_HOOK_SERVER: Final = "bir"
+MCP_HOOK_SERVER: Final = BIR_SERVER
 MCP_HOOK_TOOL: Final = "hook"
 MCP_HOOK_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
 MCP_HOOK_FIELDS: Final = (

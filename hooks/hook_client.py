@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from bir.core import config
-from bir.core.paths import control_dir, discovery_file, off_file, pid_alive, resolve_project, revive_stamp
+from bir.core.off_switch import runner_off
+from bir.core.paths import control_dir, discovery_file, pid_alive, resolve_project, revive_stamp
 
 # Per event: the control server's route and this client's own deadline for the whole exchange,
 # kept under the hook timeout `bir install` writes (§10) so Claude Code never has to kill the hook.
@@ -312,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         home = config.home()
         # `bir off` (the off file) answers {} here too: no round trip, and no server revived for it.
-        if not config.get_flag("BIR_OFF") and not off_file(home).exists():
+        if not runner_off():
             out = run(args, sys.stdin.buffer, os.environ, home)
     except Exception as exc:  # noqa: BLE001 - every failure becomes `{}` and a log line
         _log(home or Path("~/.baseinstrunner").expanduser(), hook=" ".join(args)[:100], error=str(exc)[:1000])

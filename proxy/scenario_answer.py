@@ -16,7 +16,7 @@ from typing import Any, Final, Literal
 from bir.core.truncate import cut_counted
 from bir.hooks import api
 
-RUN_SCENARIO_NAME: Final = "run_scenario"
+RUN_SCENARIO_NAME: Final = api.RUN_SCENARIO_NAME
 RUN_SCENARIO_DESCRIPTION: Final = (
     "Returns the results BaseInstRunner prepared for the current request. Call it only when a "
     'BaseInstRunner note in this turn (text beginning "[BaseInstRunner calculated replay]", in a system '

@@ -45,6 +45,8 @@ from mcp.server.stdio import stdio_server
 
 from bir.core import config, installed
 from bir.core.log import log_event
+from bir.core.off_switch import file_says_off
+from bir.core.paths import off_file
 from bir.hooks import api
 from bir.hooks.discovery import Discovery, read_discovery
 from bir.proxy.hook_tool import answer_hook
@@ -78,12 +80,6 @@ NOTIFY_TIMEOUT_S: Final = 1.0
 MAX_REPLY_BYTES: Final = 8 * 1024 * 1024
 MAX_TOOL_USE_ID_CHARS: Final = 200
 TOOL_USE_ID_META: Final = "claudecode/toolUseId"
-OFF_FILE_NAME: Final = "off"
-
-
-def off_file(home: Path) -> Path:
-    """The file whose presence turns the runner off for every ``bir-scenario`` (``bir off`` writes it)."""
-    return home / OFF_FILE_NAME
 
 
 def bir_version() -> str:
@@ -133,13 +129,7 @@ class OffSwitch:
 
     def read(self) -> bool:
         """Whether the runner is off right now."""
-        if self._env_off:
-            return True
-        try:
-            return self._path.exists()
-        except OSError:
-            # A home bir cannot look into is not a request to switch bir off.
-            return False
+        return self._env_off or file_says_off(self._path)
 
 
 class ControlClient:

@@ -20,7 +20,6 @@ from typing import Any, Literal
 from bir.core import config
 from bir.hooks import api
 from bir.hooks.commands.install import (
-    BIR_SERVER,
     InstallError,
     claude_config_file,
     is_bir_hook,
@@ -272,7 +271,7 @@ def _hook_findings(facts: DoctorFacts) -> list[Finding]:
         if hook.is_async:
             wrong.append("async (a step's PostToolUse must finish before the next PreToolUse)")
         if hook.kind == "mcp_tool":
-            if facts.local_servers.get(BIR_SERVER) != "bir":
+            if facts.local_servers.get(api.BIR_SERVER) != "bir":
                 wrong.append("an mcp_tool hook on the `bir` MCP server, which is not registered")
             if not hook.input_ok:
                 wrong.append("its input is not the one install writes")
@@ -335,7 +334,7 @@ def _server_findings(facts: DoctorFacts) -> list[Finding]:
             )
         else:
             out.append(Finding("proxies", "ok", f"{name}: no proxy yet (one starts with a Claude Code session)"))
-    if status.replay.bir_server and facts.local_servers.get(BIR_SERVER) != "bir":
+    if status.replay.bir_server and facts.local_servers.get(api.BIR_SERVER) != "bir":
         out.append(
             Finding(
                 "bir server",

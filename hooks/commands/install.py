@@ -46,7 +46,6 @@ _TOOL_EVENTS: Final = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailur
 HOOK_EVENTS: Final[Mapping[str, tuple[int, bool]]] = {
     event: (timeout_s, event in _TOOL_EVENTS) for event, (_, timeout_s, _) in api.HOOK_ROUTES.items()
 }
-BIR_SERVER: Final = "bir"
 MAX_JSON_BYTES: Final = 64 * 1024 * 1024
 _HOOK_SCRIPT = "bir-hook"
 _PROXY_SCRIPT = "bir-proxy"
@@ -326,7 +325,7 @@ def plan_servers(
     for scope in (user_servers, approved, local_servers):
         effective.update(scope)
     for name, entry in effective.items():
-        if name == BIR_SERVER:
+        if name == api.BIR_SERVER:
             continue
         if not isinstance(entry, dict):
             plan.skipped[name] = "not a server entry"
@@ -341,7 +340,7 @@ def plan_servers(
             plan.local[name] = wrap_entry(name, entry, exes)
             plan.wrapped.append(name)
     for name in project_servers:
-        if name in approved or name in local_servers or name == BIR_SERVER:
+        if name in approved or name in local_servers or name == api.BIR_SERVER:
             continue
         plan.skipped[name] = (
             "disabled for this project"
@@ -349,7 +348,7 @@ def plan_servers(
             else "a .mcp.json server not approved in Claude Code yet: approve it, then run bir install again"
         )
     if replay:
-        plan.local[BIR_SERVER] = scenario_entry(exes)
+        plan.local[api.BIR_SERVER] = scenario_entry(exes)
     return plan
 
 
@@ -564,7 +563,7 @@ def install(
             owned.append(name)
             if name in local_before:
                 previous[name] = local_before[name]
-    drop_bir = not replay and BIR_SERVER in owned
+    drop_bir = not replay and api.BIR_SERVER in owned
 
     writer = _Writer(project, record, change, home)
     created_claude_dir = not settings_path.parent.exists()
@@ -576,15 +575,15 @@ def install(
             for name, entry in plan.local.items():
                 local[name] = entry
             if drop_bir:
-                _restore_local(local, BIR_SERVER, previous)
+                _restore_local(local, api.BIR_SERVER, previous)
             return _with_local_servers(doc, project, local)
 
         writer.write(user_path, servers, mode=0o600)
     except OSError as exc:
         raise InstallError(f"cannot write: {exc}") from exc
     if drop_bir:
-        owned.remove(BIR_SERVER)
-        previous.pop(BIR_SERVER, None)
+        owned.remove(api.BIR_SERVER)
+        previous.pop(api.BIR_SERVER, None)
     change.hooks = list(HOOK_EVENTS)
     change.servers_wrapped = plan.wrapped
     change.servers_left = plan.skipped
@@ -679,7 +678,7 @@ def uninstall(
     _, settings_doc = read_json_file(settings_path)
     read_json_file(user_path)
     change = Change(project=str(project), action="uninstall --replay" if replay_only else "uninstall", replay=False)
-    names = [BIR_SERVER] if replay_only else owned
+    names = [api.BIR_SERVER] if replay_only else owned
 
     def strip_servers(doc: dict[str, Any]) -> dict[str, Any]:
         local = _local_servers(doc, project)
@@ -699,8 +698,8 @@ def uninstall(
                     change.files_changed.append(str(user_path))
             if _has_mcp_hooks(settings_doc):
                 _commands_for_mcp_hooks(settings_path, exes or find_executables(), files, change)
-            owned = [n for n in owned if n != BIR_SERVER]
-            previous.pop(BIR_SERVER, None)
+            owned = [n for n in owned if n != api.BIR_SERVER]
+            previous.pop(api.BIR_SERVER, None)
             # bir's own write to .claude.json no longer matches a byte-for-byte restore.
             if str(user_path) in files:
                 files[str(user_path)] = {**files[str(user_path)], "exact": False}

@@ -7,29 +7,16 @@ request to the service); ``assess`` turns those facts into what is broken; ``ren
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bir.core import config, credentials, installed
-from bir.core.paths import off_file, resolve_project
+from bir.core import credentials, installed
+from bir.core.off_switch import OffState, read_off
+from bir.core.paths import resolve_project
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service, control_facts
 from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
 from bir.hooks.commands.term import ago, paint
-
-
-@dataclass(frozen=True)
-class OffState:
-    """Whether the runner is off, and by which switch."""
-
-    env: bool
-    file: bool
-    path: str
-
-    @property
-    def off(self) -> bool:
-        return self.env or self.file
 
 
 @dataclass(frozen=True)
@@ -44,16 +31,6 @@ class StatusFacts:
     sign_in: credentials.Effective
     service: ServiceCheck
     log: str
-
-
-def read_off(env: Mapping[str, str] | None = None) -> OffState:
-    """The off switch as every process reads it: ``BIR_OFF`` or ``<BIR_HOME>/off``.
-
-    Raises:
-        ConfigError: ``BIR_OFF`` holds an unusable value.
-    """
-    path = off_file(config.home(env))
-    return OffState(env=bool(config.get_flag("BIR_OFF", env)), file=path.exists(), path=str(path))
 
 
 async def gather(project_dir: str | Path) -> StatusFacts:

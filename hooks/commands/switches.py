@@ -22,8 +22,7 @@ import psutil
 from bir.core import config, credentials, installed
 from bir.core.log import logs_dir
 from bir.core.paths import off_file, pid_alive, project_key, resolve_project, revive_stamp
-from bir.hooks import hook_client
-from bir.hooks.commands.install import BIR_SERVER
+from bir.hooks import api, hook_client
 from bir.hooks.discovery import Discovery, read_discovery, remove_discovery
 
 EXIT_OK: Final = 0
@@ -115,7 +114,7 @@ def wrapped_servers(switches: installed.ProjectSwitches | None) -> tuple[str, ..
     if switches is None:
         return ()
     names = switches.install.get("localServers", [])
-    return tuple(str(n) for n in names if isinstance(n, str) and n != BIR_SERVER) if isinstance(names, list) else ()
+    return tuple(str(n) for n in names if isinstance(n, str) and n != api.BIR_SERVER) if isinstance(names, list) else ()
 
 
 def replay_view(project: Path, env: Mapping[str, str] | None = None) -> ReplayView:
@@ -133,7 +132,7 @@ def replay_view(project: Path, env: Mapping[str, str] | None = None) -> ReplayVi
         stored_allow=switches.allow if switches is not None else None,
         env_replay_off=config.get_flag("BIR_REPLAY", env) is False,
         env_allow=config.get_list("BIR_REPLAY_ALLOW_SERVERS", env),
-        bir_server=isinstance(servers, list) and BIR_SERVER in servers,
+        bir_server=isinstance(servers, list) and api.BIR_SERVER in servers,
         wrapped=wrapped_servers(switches),
     )
 

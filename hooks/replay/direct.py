@@ -8,61 +8,20 @@ route; a control server started in-process is reached the same way.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
 
 from bir.core.plan import StepNoAnswer, StepNotSent, StepRan, StepResult
-from bir.core.redact import redact
-from bir.core.truncate import serialize_capped
-from bir.core.types import ScenarioStep, parse_qualified_name
+from bir.core.step_route import route_step
+from bir.core.tool_output import output_text
+from bir.core.types import ScenarioStep
 from bir.hooks import api
 
 # The control server gives up on a step at its timeout; the HTTP request waits a little longer so
 # that the server's answer, not ours, says what happened.
 HTTP_SLACK_S: Final = 5.0
-MAX_OUTPUT_CHARS: Final = 4_000_000
-
-
-def output_text(result: object) -> str:
-    """The text a step's ``toolOutputLogic`` reads: what the recorder stored for a wrapped MCP call
-    (spec §7.2, ``serializeCapped(redact(report.result))``), so logic written against the recording
-    reads the same shape now."""
-    return serialize_capped(redact(result), MAX_OUTPUT_CHARS)
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where a direct step goes: its server, the upstream's own tool name, and the time it may take."""
-
-    server: str
-    tool: str
-    timeout_s: float
-
-
-def route_step(
-    step: ScenarioStep,
-    *,
-    allow: AbstractSet[str] | None,
-    step_timeout_s: float,
-    deadline: float | None,
-    builtin_why: str,
-) -> Route | StepNotSent:
-    """The rules every direct executor applies before it sends a step: a wrapped MCP tool, a server the
-    allowlist admits (None: every server), and time left before ``deadline`` (monotonic)."""
-    parsed = parse_qualified_name(step.tool_name)
-    if parsed is None:
-        return StepNotSent(f"{step.tool_name} is a built-in: {builtin_why}")
-    server, tool = parsed
-    if allow is not None and server not in allow:
-        return StepNotSent(f"{server} is not in BIR_REPLAY_ALLOW_SERVERS")
-    timeout_s = step_timeout_s if deadline is None else min(step_timeout_s, deadline - time.monotonic())
-    if timeout_s <= 0:
-        return StepNotSent("the plan's time budget ran out before it")
-    return Route(server, tool, timeout_s)
 
 
 class DirectExecutor:

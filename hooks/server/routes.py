@@ -14,7 +14,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import msgspec
@@ -28,10 +28,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from bir.core import config
 from bir.core.log import log_event
 from bir.hooks import api
-from bir.hooks.server.work_queue import NotSentError, StepTimeoutError, WorkQueueError
-
-if TYPE_CHECKING:
-    from bir.hooks.server.control import ControlServer
+from bir.hooks.server.hellos import HelloBook, SeenHello
+from bir.hooks.server.work_queue import NotSentError, ProxyWorkQueue, StepTimeoutError, WorkQueueError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 POLL_HOLD_MS = api.POLL_HOLD_MS
@@ -52,21 +50,11 @@ class ReceivedStep:
     size: int
 
 
-@dataclass(frozen=True)
-class SeenHello:
-    """The last ``/scenario/hello`` of one ``bir-scenario`` process; ``at`` is monotonic seconds."""
+class SessionHandler(Protocol):
+    """The live session as the server's routes see it (``bir.hooks.session.controller.Controller``).
 
-    hello: api.Hello
-    at: float
-
-
-# Installed by the controller: runs the armed plan and returns §16.1's answer.
-ScenarioRunner = Callable[[api.ScenarioRunRequest], Awaitable[api.ScenarioRunAnswer]]
-StepHook = Callable[[ReceivedStep], Awaitable[None]]
-
-
-class HookHandler(Protocol):
-    """The controller, as the hook routes see it."""
+    Given to the ``ControlServer`` when it is built (``bir.hooks.daemon``); a server without one (``bir
+    replay``, tests of the transport) answers every hook ``{}`` and ``/scenario/run`` ``no_plan``."""
 
     async def handle(self, event: str, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         """Answer one hook event (the hook input as Claude Code sent it) by ``deadline``, the route's
@@ -76,6 +64,67 @@ class HookHandler(Protocol):
     def overdue(self, event: str, hook: api.HookInput) -> api.HookAnswer:
         """What to answer when ``handle`` passed the route's deadline (it goes on in the background)."""
         ...
+
+    async def run_scenario(self, request: api.ScenarioRunRequest) -> api.ScenarioRunAnswer:
+        """Run the armed plan of the request's session and answer §16.1's shape."""
+        ...
+
+    async def on_step(self, received: ReceivedStep) -> None:
+        """A proxy's step report, for recording and threading."""
+        ...
+
+    def service_cooling(self) -> float | None:
+        """Seconds the service is still cooling down after a failure, or None when none is configured."""
+        ...
+
+    def replay_on(self) -> bool:
+        """Whether replay is on for the project (the proxies pace their polls by it, §16.2)."""
+        ...
+
+
+class NoSession:
+    """A ``SessionHandler`` that answers as no session would: a base for a partial one (a benchmark's
+    step listener, a test's stub)."""
+
+    async def handle(self, event: str, hook: api.HookInput, deadline: float) -> api.HookAnswer:
+        return api.EMPTY_HOOK_ANSWER
+
+    def overdue(self, event: str, hook: api.HookInput) -> api.HookAnswer:
+        return api.EMPTY_HOOK_ANSWER
+
+    async def run_scenario(self, request: api.ScenarioRunRequest) -> api.ScenarioRunAnswer:
+        return api.ScenarioRunAnswer(ok=False, why=api.NO_PLAN)
+
+    async def on_step(self, received: ReceivedStep) -> None:
+        return None
+
+    def service_cooling(self) -> float | None:
+        return None
+
+    def replay_on(self) -> bool:
+        return True
+
+
+class ServerState(Protocol):
+    """What the routes read and feed of their server (``bir.hooks.server.control.ControlServer``)."""
+
+    token: str
+    version: str
+    queue: ProxyWorkQueue
+    hellos: HelloBook
+    wrapped: set[str]
+    handler: SessionHandler | None
+
+    @property
+    def replay_enabled(self) -> bool: ...
+
+    def uptime_ms(self) -> int: ...
+
+    def service_health(self) -> dict[str, Any]: ...
+
+    async def add_step_report(self, received: ReceivedStep) -> None: ...
+
+    async def answer_hook(self, event: str, hook: api.HookInput, deadline_s: float) -> api.HookAnswer: ...
 
 
 _M = TypeVar("_M")
@@ -174,7 +223,7 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 # -- routes -----------------------------------------------------------------------------------
 
 
-def build_app(server: ControlServer) -> Starlette:
+def build_app(server: ServerState) -> Starlette:
     """The Starlette app of ``server``, wrapped in the guard."""
 
     async def health(request: Request) -> Response:
@@ -188,7 +237,7 @@ def build_app(server: ControlServer) -> Starlette:
                 served=served,
                 replay=server.replay_enabled,
                 wrapped=sorted(server.wrapped),
-                last_hello=server.last_hello(),
+                last_hello=server.hellos.last(),
                 **server.service_health(),
             )
         )
@@ -243,13 +292,13 @@ def build_app(server: ControlServer) -> Starlette:
 
     async def scenario_hello(request: Request) -> Response:
         body, _ = await parse_body(request, api.Hello)
-        server.note_hello(SeenHello(body, time.monotonic()))
+        server.hellos.note(SeenHello(body, time.monotonic()))
         return json_response(api.Ok(ok=True))
 
     async def scenario_run(request: Request) -> Response:
         body, _ = await parse_body(request, api.ScenarioRunRequest)
-        runner = server.scenario_runner
-        if runner is None:
+        handler = server.handler
+        if handler is None:
             return json_response(api.ScenarioRunAnswer(ok=False, why=api.NO_PLAN))
         limit_s = config.require_int("BIR_SCENARIO_RUN_TIMEOUT_MS") / 1000
         answer: api.ScenarioRunAnswer | None = None
@@ -266,7 +315,7 @@ def build_app(server: ControlServer) -> Starlette:
                         group.cancel_scope.cancel()
 
                     group.start_soon(hang_up)
-                    answer = await runner(body)
+                    answer = await handler.run_scenario(body)
                     group.cancel_scope.cancel()
             if answer is None:
                 return json_response(api.ScenarioRunAnswer(ok=False, why="cancelled"))

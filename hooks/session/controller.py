@@ -18,7 +18,6 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from bir.core import config
@@ -28,10 +27,10 @@ from bir.core.derive import Derivation, derive_parameters, resolve_api_key
 from bir.core.housekeeping import is_housekeeping
 from bir.core.log import log_event
 from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
-from bir.core.redact import redact, redact_text
+from bir.core.redact import redact_text
 from bir.core.service import ServiceClient, ServiceError
+from bir.core.tool_output import output_text
 from bir.core.transcript import ModelUsage, mark_transcript_usage, usage_since
-from bir.core.truncate import serialize_capped
 from bir.core.types import Matched, Scenario, parse_qualified_name
 from bir.hooks import api
 from bir.hooks.server.routes import ReceivedStep
@@ -43,6 +42,7 @@ from bir.hooks.session.match_gate import MatchGate, ServiceHealth
 from bir.hooks.session.proxy_reports import ProxyReports
 from bir.hooks.session.state import PendingCall, Run, Session, SessionTable, SteerState
 from bir.hooks.session.steer import PROXY_REPORT_GRACE_S, RUN_SCENARIO_TOOL, SteerDriver, context
+from bir.hooks.session.switches import Switches, SwitchReader
 
 # A sealed run's usage is read when the transcript is complete: at SessionEnd, the next prompt, or this long after Stop.
 FINALIZE_AFTER_STOP_S: Final = 10.0
@@ -55,7 +55,6 @@ PREVIEW_BUDGET_S: Final = 1.2
 SETTLE_WAIT_S: Final = 2.5
 # A direct run stays under this, so it answers before bir-scenario gives up (§10).
 DIRECT_CEILING_S: Final = 270.0
-MAX_OUTPUT_CHARS: Final = 100_000
 
 NOT_RUN_NOTE: Final = (
     f"{TAG} The prepared scenario for this request is not being run. Do the task yourself with your tools; "
@@ -106,16 +105,6 @@ class ExecutionReports(Protocol):
     ) -> bool: ...
 
 
-@dataclass(frozen=True)
-class Switches:
-    """The project's switches as the controller reads them at each prompt."""
-
-    off: bool
-    replay: bool
-    allow: frozenset[str] | None
-
-
-SwitchReader = Callable[[], Switches]
 Evaluator = Any  # the EvaluatorPool (kept abstract: the controller only hands it to the plan)
 
 
@@ -148,7 +137,8 @@ class Controller:
         self.service = service
         self.recorder = recorder
         self.reports = reports
-        self.switches = switches
+        self._read_switches = switches
+        self._replay_on = False
         self.delivery_live = delivery_live
         self.wait_for_delivery = wait_for_delivery or _no_wait
         self.expected_wrapped = expected_wrapped
@@ -166,6 +156,20 @@ class Controller:
             proxy_report=self.reports_of_proxies.wait,
             clock=clock,
         )
+
+    def switches(self) -> Switches:
+        """The project's switches now; the replay switch is kept for ``replay_on``."""
+        read = self._read_switches()
+        self._replay_on = read.replay
+        return read
+
+    def replay_on(self) -> bool:
+        """Replay as the switches said when last read (at each hook): the proxies pace their polls by it."""
+        return self._replay_on
+
+    def service_cooling(self) -> float | None:
+        """Seconds the service still cools down after a failure; None when no service is configured."""
+        return self.health.remaining(self._clock()) if self.service.configured else None
 
     # -- the hook routes ------------------------------------------------------------------------
 
@@ -521,7 +525,7 @@ class Controller:
         else:
             value = hook.tool_response if not failed else {"error": hook.error}
             error = hook.error if failed else None
-        output = serialize_capped(redact(value), MAX_OUTPUT_CHARS)
+        output = output_text(value)
         took = None if duration_ms is None else round(duration_ms)
         tool_input = hook.tool_input
         if isinstance(tool_input, dict) and api.CALL_ID_KEY in tool_input:

@@ -11,8 +11,9 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from bir.core.plan import StepNoAnswer, StepNotSent, StepRan, StepResult
+from bir.core.step_route import route_step
+from bir.core.tool_output import output_text
 from bir.core.types import ScenarioStep
-from bir.hooks.replay.direct import output_text, route_step
 from bir.hooks.server.work_queue import NotSentError, ProxyWorkQueue, StepTimeoutError, WorkQueueError
 
 

@@ -28,18 +28,17 @@ from bir.core.log import log_event
 from bir.core.outcome import PlanEnd
 from bir.core.pin_guard import pin_compatible
 from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
-from bir.core.redact import redact
 from bir.core.service import ServiceClient
 from bir.core.source_run import SourceRun
-from bir.core.truncate import cut, serialize_capped
+from bir.core.tool_output import output_text
+from bir.core.truncate import cut
 from bir.core.types import parse_qualified_name
 from bir.hooks import api
-from bir.hooks.replay.direct import output_text
 from bir.hooks.server.work_queue import ProxyWorkQueue
 from bir.hooks.session.executor import SessionExecutor
 from bir.hooks.session.state import Pin, Run, SteerState
 
-RUN_SCENARIO_TOOL: Final = "mcp__bir__run_scenario"
+RUN_SCENARIO_TOOL: Final = api.RUN_SCENARIO_TOOL
 # §7.2: how long a wrapped step's PostToolUse waits for its proxy's report before threading the hook's view.
 PROXY_REPORT_GRACE_S: Final = 1.5
 # §7: a call arriving beside a pin that has not threaded waits this long after the host reported the
@@ -48,7 +47,6 @@ THREAD_WAIT_AFTER_DONE_S: Final = 1.75
 THREAD_WAIT_RUNNING_S: Final = 0.2
 # A PreToolUse answers this long before its route's deadline, so its answer is never the late `{}`.
 ANSWER_MARGIN_S: Final = 0.3
-MAX_TOOL_OUTPUT_CHARS: Final = 100_000
 
 OWN_ARGUMENTS_NOTE: Final = (
     f"{TAG} The prepared tool sequence for this request is no longer steered: the arguments of your tool "
@@ -315,9 +313,9 @@ class SteerDriver:
                     step=pin.position,
                     why="no proxy report — threading the hook's view; shapes may differ",
                 )
-                text = serialize_capped(redact(hook.tool_response or {}), MAX_TOOL_OUTPUT_CHARS)
+                text = output_text(hook.tool_response or {})
         else:
-            text = serialize_capped(redact(hook.tool_response or {}), MAX_TOOL_OUTPUT_CHARS)
+            text = output_text(hook.tool_response or {})
         try:
             await plan.apply_output(text)
         except PlanError as exc:

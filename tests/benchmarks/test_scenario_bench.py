@@ -19,7 +19,7 @@ from bir.benchmarks.scenario_bench import (
     suggest_timeout,
 )
 from bir.cli import main
-from bir.core.source_run import output_text
+from bir.core.source_run import recorded_text
 from tests.fakes.fixtures import running_fake_service
 from tests.paths import SCENARIOS
 
@@ -92,7 +92,7 @@ def test_every_body_of_the_scenario_is_timed_with_the_outputs_file_in_one_json_d
         assert row["skipped"] is None
         assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
     assert {b["output_source"] for b in bodies if b["kind"] == "toolOutputLogic"} == {"--outputs"}
-    assert report["outputs"] == {k: {"source": "--outputs", "chars": len(output_text(v))} for k, v in OUTPUTS.items()}
+    assert report["outputs"] == {k: {"source": "--outputs", "chars": len(recorded_text(v))} for k, v in OUTPUTS.items()}
     assert report["params"]["sources"] == {"region": "sample", "thresholdsPath": "sample"}
     # The response body read what the chain built from the outputs: its arguments carry the keys.
     response = bodies[-1]

@@ -85,8 +85,8 @@ os._exit(0)
 def test_mini_racer_s_private_surface_and_native_calls_are_all_there_in_a_worker() -> None:
     answer = _child(
         "import json, os\n"
-        "from bir.evaluator.engine_v8 import _init_v8, private_surface_gap\n"
-        "_init_v8(64)\n"
+        "from bir.evaluator.engine_v8 import init_v8, private_surface_gap\n"
+        "init_v8(64)\n"
         "print(json.dumps({'gap': private_surface_gap()}))\n"
         "os._exit(0)\n"
     )
@@ -98,9 +98,9 @@ def test_mini_racer_s_private_surface_and_native_calls_are_all_there_in_a_worker
 
 def test_a_v8_engine_whose_private_surface_moved_runs_jobs_on_the_public_api() -> None:
     answer = _child(
-        "from bir.evaluator import engine_v8\n"
+        "from bir.evaluator import engine_v8, engine_v8_choice\n"
         "engine_v8.PRIVATE_SURFACE = (*engine_v8.PRIVATE_SURFACE, 'py_mini_racer._context:Context._moved_away')\n"
-        "engine = engine_v8.make_v8_engine(64)\n" + _RUN_ONE_JOB
+        "engine = engine_v8_choice.make_v8_engine(64)\n" + _RUN_ONE_JOB
     )
     assert answer["engine"] == "PublicV8Engine"
     assert "Context._moved_away" in str(answer["fallback"])
@@ -109,7 +109,9 @@ def test_a_v8_engine_whose_private_surface_moved_runs_jobs_on_the_public_api() -
 
 
 def test_a_v8_engine_with_its_private_surface_in_place_takes_the_fast_path() -> None:
-    answer = _child("from bir.evaluator import engine_v8\nengine = engine_v8.make_v8_engine(64)\n" + _RUN_ONE_JOB)
+    answer = _child(
+        "from bir.evaluator import engine_v8_choice\nengine = engine_v8_choice.make_v8_engine(64)\n" + _RUN_ONE_JOB
+    )
     assert answer["engine"] == "V8Engine"
     assert answer["fallback"] is None
     assert answer["ok"] is True

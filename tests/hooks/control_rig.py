@@ -19,11 +19,12 @@ import pytest
 
 from bir.core import log
 from bir.core.service import ServiceClient
+from bir.hooks.daemon import live_session
 from bir.hooks.discovery import write_discovery
 from bir.hooks.replay.host import ProxyHost, proxy_environment
 from bir.hooks.server.control import ControlServer
-from bir.hooks.session.controller import Controller, Switches
-from bir.hooks.session.host import live_controller
+from bir.hooks.session.controller import Controller
+from bir.hooks.session.switches import Switches
 from tests.fakes.baseinsvc import Canned, FakeBaseIn
 from tests.fakes.fixtures import running_fake_service
 from tests.paths import SCENARIOS
@@ -105,27 +106,25 @@ async def rig(tmp_path: Path, captured_logs: io.StringIO, monkeypatch: pytest.Mo
     monkeypatch.setenv("BIR_AUTH_URL", "http://placeholder")
     switches: dict[str, Any] = {"off": False, "replay": True, "allow": None}
     async with running_fake_service() as fake:
-        server = ControlServer(replay_enabled=True)
-        await server.start()
         project = tmp_path / "project"
         project.mkdir()
-        write_discovery(server.discovery(project))
-        host = ProxyHost(
-            "fleet",
-            f"{sys.executable} -m bir.examples.fleet_server",
-            project=project,
-            env=proxy_environment(Path(os.environ["BIR_HOME"])),
-        )
-        try:
-            async with (
-                ServiceClient(fake.url, fake.token) as service,
-                live_controller(
-                    server,
-                    project,
-                    service=service,
-                    switches=lambda: Switches(switches["off"], switches["replay"], switches["allow"]),
-                ) as controller,
-            ):
+        async with (
+            ServiceClient(fake.url, fake.token) as service,
+            live_session(
+                project,
+                service=service,
+                switches=lambda: Switches(switches["off"], switches["replay"], switches["allow"]),
+            ) as live,
+        ):
+            server = live.server
+            write_discovery(server.discovery(project))
+            host = ProxyHost(
+                "fleet",
+                f"{sys.executable} -m bir.examples.fleet_server",
+                project=project,
+                env=proxy_environment(Path(os.environ["BIR_HOME"])),
+            )
+            try:
                 await host.start()
                 with anyio.fail_after(20):
                     await server.queue.wait_served("fleet")
@@ -134,11 +133,10 @@ async def rig(tmp_path: Path, captured_logs: io.StringIO, monkeypatch: pytest.Mo
                     # A live bir-scenario with its tool: this process stands in for it.
                     hello = {"pid": os.getpid(), "version": "test", "tools": 1, "off": False}
                     assert (await http.post("/scenario/hello", json=hello)).status_code == 200
-                    yield Rig(fake, server, controller, http, captured_logs, switches)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await host.stop()
-                await server.stop()
+                    yield Rig(fake, server, live.controller, http, captured_logs, switches)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await host.stop()
 
 
 def direct_hit(fake: FakeBaseIn, similarity: float = 0.95) -> str:
@@ -154,17 +152,12 @@ def direct_hit(fake: FakeBaseIn, similarity: float = 0.95) -> str:
 async def live_server(project: Path, fake: FakeBaseIn) -> AsyncIterator[httpx.AsyncClient]:
     """A control server with the live controller and its default switches (read from the store and the
     off file at each use), published for ``project``."""
-    server = ControlServer()
-    await server.start()
-    try:
-        async with (
-            ServiceClient(fake.url, fake.token) as service,
-            live_controller(server, project, service=service),
-        ):
-            write_discovery(server.discovery(project))
-            headers = {"authorization": f"Bearer {server.token}"}
-            async with httpx.AsyncClient(base_url=server.url or "", headers=headers, trust_env=False) as http:
-                yield http
-    finally:
-        with anyio.CancelScope(shield=True):
-            await server.stop()
+    async with (
+        ServiceClient(fake.url, fake.token) as service,
+        live_session(project, service=service) as live,
+    ):
+        server = live.server
+        write_discovery(server.discovery(project))
+        headers = {"authorization": f"Bearer {server.token}"}
+        async with httpx.AsyncClient(base_url=server.url or "", headers=headers, trust_env=False) as http:
+            yield http

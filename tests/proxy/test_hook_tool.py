@@ -16,9 +16,10 @@ import anyio
 import mcp_types as types
 import pytest
 
+from bir.core.paths import off_file
 from bir.hooks import api
 from bir.proxy.hook_tool import deadline_s, hook_input
-from bir.proxy.scenario_server import off_file
+from tests.hooks.stub_session import StubSession
 from tests.proxy.test_scenario_server import bir_scenario, control_server, events, text_of
 
 
@@ -81,7 +82,7 @@ async def test_a_pre_tool_use_hook_reaches_the_route_rebuilt_and_its_answer_is_t
     )
     handler = NotingHandler(steer)
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err") as client:
-        control.hook_handler = handler
+        control.handler = StubSession(hooks=handler)
         text = await call_hook(client, PRE)
     assert json.loads(text) == json.loads(api.encode(steer))
     [(event, hook)] = handler.seen
@@ -108,7 +109,7 @@ async def test_post_tool_use_and_its_failure_arrive_with_their_response_duration
     )
     failure.update(error="Exit code 3\nhi", is_interrupt="false")
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err") as client:
-        control.hook_handler = handler
+        control.handler = StubSession(hooks=handler)
         assert await call_hook(client, post) == "{}"
         assert await call_hook(client, failure) == "{}"
     [(post_event, post_hook), (failure_event, failure_hook)] = handler.seen
@@ -135,7 +136,7 @@ async def test_while_bir_is_off_the_hook_answers_an_empty_object_and_asks_nothin
 ) -> None:
     handler = NotingHandler(api.HookAnswer(hook_specific_output=api.HookSpecificOutput(hook_event_name="PreToolUse")))
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err") as client:
-        control.hook_handler = handler
+        control.handler = StubSession(hooks=handler)
         off = off_file(Path(os.environ["BIR_HOME"]))
         off.parent.mkdir(parents=True, exist_ok=True)
         off.touch()
@@ -153,7 +154,7 @@ async def test_the_tool_is_unlisted_and_a_models_call_gets_an_empty_object_and_c
     handler = NotingHandler()
     model_meta: types.RequestParamsMeta = {"claudecode/toolUseId": "toolu_model"}  # type: ignore[typeddict-unknown-key]
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err") as client:
-        control.hook_handler = handler
+        control.handler = StubSession(hooks=handler)
         listed = await client.list_tools()
         assert await call_hook(client, PRE, model_meta) == "{}"
         assert await call_hook(client, {"anything": "else"}) == "{}"

@@ -27,13 +27,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bir.hooks.api import Hello, ScenarioRunAnswer, ScenarioRunRequest, decode, encode
 from bir.hooks.discovery import write_discovery
 from bir.hooks.server.control import ControlServer
-from bir.hooks.server.routes import SeenHello
+from bir.hooks.server.hellos import HelloBook, SeenHello
 from bir.proxy.scenario_answer import (
     ALREADY_RUNNING,
     NOT_AVAILABLE,
     NOTHING_TO_RUN,
     RUN_SCENARIO_DESCRIPTION,
 )
+from tests.hooks.stub_session import StubSession
 
 Runner = Callable[[ScenarioRunRequest], Awaitable[ScenarioRunAnswer]]
 Wrap = Callable[[ASGIApp], ASGIApp]
@@ -107,24 +108,32 @@ def events(errlog: Path, name: str) -> list[dict[str, Any]]:
     return found
 
 
-class WatchedControlServer(ControlServer):
-    """The real control server, with an event for each hello it notes."""
+class WatchedHellos(HelloBook):
+    """The real hello book, with an event for each hello it notes."""
 
     def __init__(self) -> None:
         super().__init__()
         self._hello_noted = anyio.Event()
 
-    def note_hello(self, seen: SeenHello) -> None:
-        super().note_hello(seen)
+    def note(self, seen: SeenHello) -> None:
+        super().note(seen)
         self._hello_noted.set()
         self._hello_noted = anyio.Event()
+
+
+class WatchedControlServer(ControlServer):
+    """The real control server, whose hellos a test can wait for."""
+
+    def __init__(self) -> None:
+        self.watched = WatchedHellos()
+        super().__init__(hellos=self.watched)
 
     async def hello_where(self, condition: Callable[[Hello], bool]) -> Hello:
         """The first noted hello (earlier ones included) that meets ``condition``."""
         with anyio.fail_after(10):
             while True:
-                noted = self._hello_noted
-                for seen in self.hellos.values():
+                noted = self.watched._hello_noted
+                for seen in self.watched.seen.values():
                     if condition(seen.hello):
                         return seen.hello
                 await noted.wait()
@@ -234,7 +243,7 @@ async def test_a_successful_run_returns_the_bundle_text_and_forwards_the_hosts_t
     bundle = '[BaseInstRunner calculated replay] Results of 2 steps:\n1. list_devices → [{"id": "dev-009"}]'
     seen: list[ScenarioRunRequest] = []
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err") as client:
-        control.scenario_runner = fixed({"ok": True, "text": bundle, "responseModel": {}, "steps": 2}, seen)
+        control.handler = StubSession(runner=fixed({"ok": True, "text": bundle, "responseModel": {}, "steps": 2}, seen))
         result = await run_scenario(client)
     assert result.is_error is False
     assert text_of(result) == bundle
@@ -245,7 +254,7 @@ async def test_a_successful_run_returns_the_bundle_text_and_forwards_the_hosts_t
 async def test_a_hand_over_note_is_the_answer(project: Path, tmp_path: Path) -> None:
     note = "[BaseInstRunner calculated replay] The scenario stopped at step 2 (get_device failed); step 1 ran."
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err") as client:
-        control.scenario_runner = fixed({"ok": False, "why": note, "note": True})
+        control.handler = StubSession(runner=fixed({"ok": False, "why": note, "note": True}))
         result = await run_scenario(client)
     assert result.is_error is False
     assert text_of(result) == note
@@ -255,7 +264,7 @@ async def test_a_hand_over_note_is_the_answer(project: Path, tmp_path: Path) -> 
 async def test_a_second_call_is_told_to_wait_for_the_first(project: Path, tmp_path: Path) -> None:
     why = "this scenario is already running for this turn — its results come back on the first call"
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err") as client:
-        control.scenario_runner = fixed({"ok": False, "why": why})
+        control.handler = StubSession(runner=fixed({"ok": False, "why": why}))
         result = await run_scenario(client)
     assert result.is_error is False
     assert text_of(result) == ALREADY_RUNNING
@@ -267,7 +276,7 @@ async def test_a_run_that_threw_on_the_control_server_is_not_available(project: 
         raise RuntimeError("plan exploded")
 
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err") as client:
-        control.scenario_runner = broken
+        control.handler = StubSession(runner=broken)
         result = await run_scenario(client)
     assert result.is_error is False
     assert text_of(result) == NOT_AVAILABLE
@@ -305,7 +314,7 @@ async def test_a_run_past_the_timeout_is_not_available(project: Path, tmp_path: 
 
     env = {"BIR_SCENARIO_RUN_TIMEOUT_MS": "1000"}
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err", env) as client:
-        control.scenario_runner = slow
+        control.handler = StubSession(runner=slow)
         result = await run_scenario(client)
         release.set()
     assert result.is_error is False
@@ -330,7 +339,7 @@ async def test_cancelling_the_call_aborts_the_http_request(project: Path, tmp_pa
 
     err = tmp_path / "err"
     async with control_server(project, wrap=wrap) as control, bir_scenario(project, err) as client:
-        control.scenario_runner = hanging
+        control.handler = StubSession(runner=hanging)
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_scenario, client)
             with anyio.fail_after(10):
@@ -341,7 +350,7 @@ async def test_cancelling_the_call_aborts_the_http_request(project: Path, tmp_pa
             await cancelled.wait()
         release.set()
         # The server survives the cancellation and answers the next call.
-        control.scenario_runner = fixed({"ok": False, "why": "no_plan"})
+        control.handler = StubSession(runner=fixed({"ok": False, "why": "no_plan"}))
         after = await run_scenario(client)
     assert text_of(after) == NOTHING_TO_RUN
     assert events(err, "scenario.answered")[0]["kind"] == "cancelled"
@@ -354,7 +363,7 @@ async def test_cancelling_the_call_aborts_the_http_request(project: Path, tmp_pa
 async def test_it_says_hello_to_the_control_server_on_initialize(project: Path, tmp_path: Path) -> None:
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err"):
         hello = await control.hello_where(lambda _: True)
-        assert control.delivery_tool_live()
+        assert control.hellos.delivery_tool_live()
     assert hello.tools == 1
     assert hello.off is False
     assert hello.version
@@ -366,11 +375,11 @@ async def test_bir_off_lists_no_tools_and_runs_nothing(project: Path, tmp_path: 
     seen: list[ScenarioRunRequest] = []
     env = {"BIR_OFF": "1"}
     async with control_server(project) as control, bir_scenario(project, tmp_path / "err", env) as client:
-        control.scenario_runner = fixed({"ok": True, "text": "should not run"}, seen)
+        control.handler = StubSession(runner=fixed({"ok": True, "text": "should not run"}, seen))
         listed = await client.list_tools()
         result = await run_scenario(client)
         hello = await control.hello_where(lambda _: True)
-        assert not control.delivery_tool_live()
+        assert not control.hellos.delivery_tool_live()
     assert listed.tools == []
     assert text_of(result) == NOTHING_TO_RUN
     assert seen == []
@@ -413,7 +422,7 @@ async def test_the_project_option_picks_the_control_server(project: Path, tmp_pa
         cwd=elsewhere,
     )
     async with control_server(project) as control:
-        control.scenario_runner = fixed({"ok": True, "text": "ran for the project"})
+        control.handler = StubSession(runner=fixed({"ok": True, "text": "ran for the project"}))
         with (tmp_path / "err").open("w") as err:
             async with Client(stdio_client(params, errlog=err), mode="legacy") as client:
                 result = await run_scenario(client)

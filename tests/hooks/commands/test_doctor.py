@@ -12,11 +12,12 @@ import pytest
 
 from bir.cli import main
 from bir.core import credentials
+from bir.core.off_switch import OffState
 from bir.hooks import api
 from bir.hooks.commands import doctor
 from bir.hooks.commands.doctor import DoctorFacts, EvaluatorFacts, HookFact
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck
-from bir.hooks.commands.status import OffState, StatusFacts
+from bir.hooks.commands.status import StatusFacts
 from bir.hooks.discovery import Discovery
 from tests.hooks.ops_facts import replay_view_of
 

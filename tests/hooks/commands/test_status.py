@@ -14,10 +14,11 @@ import pytest
 
 from bir.cli import main
 from bir.core import credentials, installed
+from bir.core.off_switch import OffState
 from bir.hooks import api
 from bir.hooks.commands import status
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck
-from bir.hooks.commands.status import OffState, StatusFacts
+from bir.hooks.commands.status import StatusFacts
 from bir.hooks.discovery import Discovery
 from tests.fakes.fixtures import running_fake_service
 from tests.hooks.control_rig import live_server

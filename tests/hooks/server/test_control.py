@@ -22,6 +22,7 @@ from bir.hooks.server import control as server_module
 from bir.hooks.server.control import ControlServer
 from bir.hooks.server.routes import MAX_BODY_BYTES, ReceivedStep
 from bir.hooks.server.work_queue import ProxyCallError, ProxyWorkQueue
+from tests.hooks.stub_session import StubSession
 
 pytestmark = pytest.mark.anyio
 
@@ -255,7 +256,7 @@ async def test_step_reports_are_kept_in_a_bounded_ring_and_passed_to_the_hook(
         if received.report.call_id == "c4":
             raise RuntimeError("a broken hook")
 
-    control.on_step = hook
+    control.handler = StubSession(steps=hook)
     for i in range(5):
         body = {
             "serverName": "chrome",
@@ -274,13 +275,13 @@ async def test_step_reports_are_kept_in_a_bounded_ring_and_passed_to_the_hook(
 async def test_hello_is_remembered_per_pid_and_makes_the_delivery_tool_live(
     control: ControlServer, client: httpx.AsyncClient
 ) -> None:
-    assert not control.delivery_tool_live()
+    assert not control.hellos.delivery_tool_live()
     hello = {"pid": os.getpid(), "version": "0.1.0", "tools": 1, "off": False}
     assert await _post(client, "/scenario/hello", hello) == {"ok": True}
-    assert control.hellos[os.getpid()].hello.tools == 1
-    assert control.delivery_tool_live()
+    assert control.hellos.seen[os.getpid()].hello.tools == 1
+    assert control.hellos.delivery_tool_live()
     await _post(client, "/scenario/hello", {**hello, "off": True})
-    assert not control.delivery_tool_live()
+    assert not control.hellos.delivery_tool_live()
 
 
 async def test_scenario_run_without_a_runner_answers_no_plan(client: httpx.AsyncClient) -> None:
@@ -298,7 +299,7 @@ async def test_scenario_run_hands_the_request_to_the_installed_runner(
             raise RuntimeError("the plan blew up")
         return ScenarioRunAnswer(ok=True, text="results", response_model={}, steps=2)
 
-    control.scenario_runner = runner
+    control.handler = StubSession(runner=runner)
     answer = await _post(client, "/scenario/run", {"toolUseId": "toolu_1", "sessionId": "s1"})
     assert answer == {"ok": True, "text": "results", "responseModel": {}, "steps": 2}
     assert requests[0] == ScenarioRunRequest(tool_use_id="toolu_1", session_id="s1")

@@ -1,0 +1,226 @@
+"""``bir-hooks``: the one composition root of a project's control server and its live session.
+
+``live_session`` builds the parts in order (the proxies' work queue, the hello book, the service
+client, the evaluator pool, the outbox, the recorder, the controller) and then the server with the
+controller as its handler, so nothing is attached after construction and the server never imports
+the session. ``main`` is the console script: it takes the project's lock, publishes the discovery
+file, serves until SIGTERM or SIGINT, and removes the file on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bir.core import config, installed
+from bir.core.log import log_event, log_to_file, logs_dir
+from bir.core.paths import project_key, server_lock
+from bir.core.service import ServiceClient
+from bir.evaluator import EvaluatorPool
+from bir.hooks.discovery import read_discovery, remove_discovery, write_discovery
+from bir.hooks.server.control import ControlServer
+from bir.hooks.server.hellos import HelloBook
+from bir.hooks.server.work_queue import ProxyWorkQueue
+from bir.hooks.session.controller import Controller
+from bir.hooks.session.outbox import Outbox
+from bir.hooks.session.recorder import Recorder
+from bir.hooks.session.switches import SwitchReader, installed_proxies, read_switches
+
+
+@dataclass(frozen=True)
+class LiveSession:
+    """A started control server and the controller that answers its hooks."""
+
+    server: ControlServer
+    controller: Controller
+
+
+@contextlib.asynccontextmanager
+async def live_session(
+    project: Path,
+    *,
+    service: ServiceClient | None = None,
+    switches: SwitchReader | None = None,
+    port: int = 0,
+) -> AsyncIterator[LiveSession]:
+    """A control server for ``project`` with its live session, started on loopback ``port`` while the
+    context is open; on the way out every open run is booked, the outbox flushes, the pool stops, and
+    the server stops last.
+
+    Raises:
+        OSError: the port cannot be bound.
+        RuntimeError: the server did not start.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        if service is None:
+            service = await stack.enter_async_context(ServiceClient())
+        pool = EvaluatorPool()
+        outbox = Outbox.for_project(project, service)
+        queue = ProxyWorkQueue()
+        hellos = HelloBook()
+        wrapped: set[str] = set()
+        controller = Controller(
+            queue=queue,
+            wrapped=wrapped,
+            pool=pool,
+            service=service,
+            recorder=Recorder(outbox, service.configured),
+            reports=outbox,
+            switches=switches or read_switches(project),
+            delivery_live=hellos.delivery_tool_live,
+            wait_for_delivery=hellos.wait_for_delivery_tool,
+            expected_wrapped=lambda: installed_proxies(project),
+        )
+        controller.switches()
+        server = ControlServer(handler=controller, queue=queue, hellos=hellos, wrapped=wrapped)
+        # Started first, stopped last: nothing knows its address until the caller publishes it.
+        stack.push_async_callback(server.stop)
+        await server.start(port=port)
+        await stack.enter_async_context(pool)
+        await stack.enter_async_context(outbox.running())
+        stack.push_async_callback(outbox.flush, 2.0)
+        stack.push_async_callback(controller.close)
+        yield LiveSession(server, controller)
+
+
+class _UvicornToEvents(logging.Handler):
+    """uvicorn's own log records as JSON lines, so stderr stays one format."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log_event("control.uvicorn", level=record.levelname.lower(), message=record.getMessage())
+
+
+def _route_uvicorn_logs() -> None:
+    for name in ("uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers = [_UvicornToEvents(level=logging.WARNING)]
+        logger.propagate = False
+
+
+def take_server_lock(project: Path) -> int | None:
+    """Take the project's server lock (``<BIR_HOME>/control/<key>.lock``, ``flock``) and return its fd,
+    held for the process's life; None when another live process holds it. A dead holder's lock is
+    free: the kernel drops it with the process.
+
+    Raises:
+        OSError: the lock file cannot be created.
+    """
+    path = server_lock(config.home(), project)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+async def _serve(project: Path, port: int, *, quiet_if_running: bool = False) -> int:
+    lock = take_server_lock(project)
+    existing = read_discovery(project)
+    if lock is None or (existing is not None and existing.pid != os.getpid()):
+        if lock is not None:
+            os.close(lock)
+        if quiet_if_running:
+            return 0
+        holder = f" (pid {existing.pid})" if existing is not None else ""
+        sys.stderr.write(f"bir-hooks: a control server is already running for {project}{holder}\n")
+        return 1
+    try:
+        return await _serve_locked(project, port)
+    finally:
+        os.close(lock)
+
+
+async def _serve_locked(project: Path, port: int) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with live_session(project, port=port) as live:
+            try:
+                path = write_discovery(live.server.discovery(project))
+                log_event("control.published", path=str(path), project=str(project), url=live.server.url)
+                await stop.wait()
+            finally:
+                remove_discovery(project, pid=os.getpid())
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0
+
+
+def _revive(argv: Sequence[str]) -> int:
+    """``bir-hooks revive --project DIR``: what a hook starts, detached, for an installed project with
+    no live server. Exits 0 at once when the project is not installed, is marked down, or already has a
+    server; else serves, logging to ``<BIR_HOME>/logs/<key>.log``."""
+    parser = argparse.ArgumentParser(prog="bir-hooks revive", description="start the project's server if due")
+    parser.add_argument("--project", required=True, help="project directory")
+    parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free port)")
+    args = parser.parse_args(argv)
+    project = Path(args.project).resolve()
+    switches = installed.project(project)
+    if switches is None or switches.down or read_discovery(project) is not None:
+        return 0
+    log_to_file(logs_dir(config.home()) / f"{project_key(project)}.log")
+    log_event("control.revive", project=str(project), pid=os.getpid())
+    _route_uvicorn_logs()
+    try:
+        return asyncio.run(_serve(project, args.port, quiet_if_running=True))
+    except (OSError, RuntimeError, ValueError) as exc:
+        log_event("control.revive_failed", project=str(project), error=f"{type(exc).__name__}: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``bir-hooks [--project DIR] [--port N]``: serve the control server for a project until SIGTERM or
+    SIGINT; ``bir-hooks revive --project DIR``: the same, detached, only when an installed project needs it."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["revive"]:
+        return _revive(args_list[1:])
+    parser = argparse.ArgumentParser(prog="bir-hooks", description="bir's control server for one project.")
+    parser.add_argument("--project", default=".", help="project directory (default: the working directory)")
+    parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free port)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="log lines on stderr instead of <BIR_HOME>/logs/<project key>.log"
+    )
+    args = parser.parse_args(args_list)
+    project = Path(args.project).resolve()
+    if not args.verbose:
+        # A server logs to its project's file (`bir logs` shows it), never to a terminal it shares.
+        try:
+            log_to_file(logs_dir(config.home()) / f"{project_key(project)}.log")
+        except OSError as exc:
+            sys.stderr.write(f"bir-hooks: cannot open the log under {logs_dir(config.home())}: {exc}\n")
+            return 1
+    _route_uvicorn_logs()
+    try:
+        return asyncio.run(_serve(project, args.port))
+    except (OSError, RuntimeError, ValueError) as exc:
+        # ConfigError is a ValueError: one line naming the variable, never a traceback.
+        sys.stderr.write(f"bir-hooks: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

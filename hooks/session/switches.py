@@ -1,0 +1,58 @@
+"""The project's switches as a live session reads them: at each use, so a flip needs no restart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bir.core import config, installed
+from bir.core.off_switch import runner_off
+from bir.hooks import api
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The project's switches as the controller reads them at each prompt."""
+
+    off: bool
+    replay: bool
+    allow: frozenset[str] | None
+
+
+SwitchReader = Callable[[], Switches]
+
+
+def read_switches(project: Path) -> SwitchReader:
+    """The project's switches, read at each use so a flip reaches a running server without a restart.
+
+    Replay is on only where ``bir install --replay`` stored it on (D14) and ``BIR_REPLAY`` is not ``0``;
+    the allowlist is ``BIR_REPLAY_ALLOW_SERVERS``, else the project's stored one.
+    """
+
+    def read() -> Switches:
+        try:
+            stored = installed.project(project)
+        except installed.StoreError:
+            stored = None
+        replay = config.get_flag("BIR_REPLAY") is not False and stored is not None and stored.replay
+        allow = config.get_list("BIR_REPLAY_ALLOW_SERVERS")
+        if allow is None and stored is not None and stored.allow is not None:
+            allow = tuple(stored.allow)
+        return Switches(off=runner_off(), replay=replay, allow=frozenset(allow) if allow is not None else None)
+
+    return read
+
+
+def installed_proxies(project: Path) -> frozenset[str]:
+    """The servers ``bir install`` put behind ``bir-proxy`` for ``project`` (their proxies will register)."""
+    try:
+        stored = installed.project(project)
+    except installed.StoreError:
+        return frozenset()
+    if stored is None:
+        return frozenset()
+    names = stored.install.get("localServers")
+    if not isinstance(names, list):
+        return frozenset()
+    return frozenset(n for n in names if isinstance(n, str) and n != api.BIR_SERVER)
