@@ -32,6 +32,7 @@ from bir.benchmarks.stats import percentile
 from bir.core import config
 from bir.core.derive import derive_parameters, resolve_api_key
 from bir.core.errors import LogicError
+from bir.core.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from bir.core.logic import merge_resp_params
 from bir.core.redact import redact_text
 from bir.core.service import ServiceClient
@@ -53,9 +54,6 @@ SUGGEST_FLOOR_MS: Final = 100
 NEAR_LIMIT_FACTOR: Final = 2.0
 MAX_ERROR_CHARS: Final = 500
 MAX_OUTPUTS_BYTES: Final = 32 * 1024 * 1024
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
 
 
 class ScenarioBenchError(Exception):

@@ -15,14 +15,12 @@ from collections.abc import Sequence
 import anyio
 
 from bir.core import config
+from bir.core.exits import EXIT_SPAWN_FAILED, EXIT_USAGE
 from bir.core.log import log_event
 from bir.proxy.control_client import project_dir
 from bir.proxy.host_stdio import open_host_stdio
 from bir.proxy.session import ProxyOptions, default_server_name, run_session
 from bir.proxy.upstream import Upstream, UpstreamSpawnError
-
-EXIT_USAGE = 2
-EXIT_SPAWN_FAILED = 127
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -9,15 +9,20 @@ proxy, the ``bir`` server, the evaluator, the service. ``gather`` reads; ``diagn
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import importlib.util
+import json
 import os
 import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from bir.core import config
+from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.hooks import api
 from bir.hooks.commands.install import (
     InstallError,
@@ -26,9 +31,10 @@ from bir.hooks.commands.install import (
     is_mcp_hook,
     read_json_file,
 )
+from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
 from bir.hooks.commands.status import StatusFacts
 from bir.hooks.commands.status import gather as gather_status
-from bir.hooks.commands.term import ago, paint
+from bir.hooks.commands.term import ago, paint, wants_colour
 
 Level = Literal["broken", "warning", "ok"]
 Deriver = Literal["this machine", "the service", "nobody"]
@@ -477,3 +483,29 @@ def render_text(facts: DoctorFacts, diagnosis: Diagnosis, colour: bool = False) 
     else:
         lines.append(paint(f"nothing broken, {warnings} warning{'s' if warnings != 1 else ''}", "green", colour))
     return "\n".join(lines)
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register ``bir doctor``."""
+    cmd = add_command(
+        sub,
+        "doctor",
+        "what is wrong here, replay first, and the command that fixes each thing",
+        ["bir doctor", "bir doctor --json"],
+        CHECK_EXIT_CODES,
+    )
+    project_flag(cmd)
+    json_flag(cmd)
+    cmd.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``bir doctor``; 1 when something is broken."""
+    log_for_later()
+    facts = asyncio.run(gather(args.project))
+    diagnosis = diagnose(facts)
+    if args.json:
+        sys.stdout.write(json.dumps(render_json(facts, diagnosis), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(render_text(facts, diagnosis, wants_colour(sys.stdout)) + "\n")
+    return EXIT_FAILED if diagnosis.broken else EXIT_OK

@@ -24,6 +24,7 @@ nobody changed the file since, else by taking out only bir's entries.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
@@ -37,8 +38,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from bir.core import atomic, config, installed
+from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.paths import backups_dir, resolve_project
 from bir.hooks import api
+from bir.hooks.commands.result import Subparsers, add_command, json_flag, project_flag
 
 # Event → (hook timeout in seconds written for it, whether it takes a tool matcher): spec §10, from the
 # control plane's one table of hook routes.
@@ -793,3 +796,48 @@ def describe(change: Change) -> str:
     if change.servers_restored:
         lines.append(f"  Local-scope servers put back as they were: {', '.join(change.servers_restored)}.")
     return "\n".join(lines)
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register ``bir install`` and ``bir uninstall``."""
+    for name, helptext, replay_help, examples in (
+        (
+            "install",
+            "wire bir into a project's Claude Code hooks and MCP servers",
+            "also turn replay on",
+            ["bir install --replay", "bir install --project ~/src/app --json"],
+        ),
+        (
+            "uninstall",
+            "take bir out of a project, restoring what install changed",
+            "only turn replay off",
+            ["bir uninstall", "bir uninstall --replay"],
+        ),
+    ):
+        cmd = add_command(sub, name, helptext, examples)
+        cmd.add_argument("--replay", action="store_true", help=replay_help)
+        if name == "install":
+            cmd.add_argument(
+                "--mcp-hooks",
+                action="store_true",
+                help="with --replay: answer the tool events' hooks in the bir MCP server (mcp_tool hooks), "
+                "no process per tool call",
+            )
+        project_flag(cmd)
+        json_flag(cmd, "print one JSON document describing what changed")
+        cmd.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``bir install`` or ``bir uninstall``."""
+    try:
+        if args.command == "install":
+            change = install(args.project, replay=args.replay, exes=find_executables(), mcp_hooks=args.mcp_hooks)
+        else:
+            change = uninstall(args.project, replay_only=args.replay)
+    except InstallError as exc:
+        sys.stderr.write(f"bir {args.command}: {exc}\n")
+        return EXIT_FAILED
+    text = json.dumps(change.to_json(), indent=2) if args.json else describe(change)
+    sys.stdout.write(text + "\n")
+    return EXIT_OK

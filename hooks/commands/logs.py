@@ -8,9 +8,11 @@ keeps printing new ones, across a rotation, until interrupted.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -20,6 +22,7 @@ from typing import Final
 from bir.core import config
 from bir.core.log import logs_dir
 from bir.core.paths import project_key, resolve_project
+from bir.hooks.commands.result import Subparsers, add_command, project_flag
 
 MAX_LINES: Final = 10_000
 MAX_SHOWN_CHARS: Final = 400
@@ -120,3 +123,28 @@ def run_logs(
         for line in follow(path, stop=stop):
             write(line if as_json else human(line))
     return 0
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register ``bir logs``."""
+    logs = add_command(
+        sub,
+        "logs",
+        "the project's control-server log, readable (JSON lines with --json)",
+        ["bir logs -f", "bir logs -n 200 --json | jq .event"],
+    )
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
+    logs.add_argument("-n", "--lines", type=int, default=50, help="how many of the last lines (default: 50)")
+    logs.add_argument("--json", action="store_true", help="the JSON lines as they are")
+    project_flag(logs)
+    logs.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``bir logs``."""
+
+    def write(text: str) -> None:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    return run_logs(args.project, lines=args.lines, follow_on=args.follow, as_json=args.json, write=write)

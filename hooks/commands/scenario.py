@@ -1,6 +1,6 @@
 """``bir scenario …`` and ``bir investigate``: thin clients over the service's scenario routes (spec §16.5).
 
-``add_parsers`` registers the commands on ``bir``'s parser; ``run_command`` runs one and answers its exit
+``add_parser`` registers the commands on ``bir``'s parser; ``run`` runs one and answers its exit
 status: ``0`` checked OK, saved or undone; ``1`` refused, not found, or a service error; ``2`` usage
 (nothing was sent). ``--json`` prints the service's body unchanged on stdout (our own ``{"error", "message"}``
 only when no readable body came back); everything else speaks to a person, and the words for a refusal
@@ -26,11 +26,13 @@ import anyio
 
 from bir.core import config, installed
 from bir.core.errors import LogicError
+from bir.core.exits import EXIT_FAILED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_USAGE
 from bir.core.log import log_to_file, logs_dir, set_stream
 from bir.core.paths import resolve_project
 from bir.core.scenario_api import EDIT_PREFIX, RUN_PREFIX, SCENARIO_PREFIX, Reply, ScenarioApi
 from bir.core.service import ServiceClient, ServiceError
 from bir.core.truncate import one_line
+from bir.hooks.commands.replay import run_plan
 from bir.hooks.commands.scenario_render import (
     Style,
     dry_replay_sentence,
@@ -43,7 +45,6 @@ from bir.hooks.commands.scenario_render import (
     render_step,
 )
 from bir.hooks.commands.term import wants_colour
-from bir.hooks.replay.report import EXIT_MISSING_TARGET, EXIT_OK, EXIT_STOPPED, EXIT_USAGE
 
 MAX_LOGIC_BYTES: Final = 256 * 1024
 _FIX_LOGIN: Final = "sign in again with `bir login`, or set BIR_TOKEN"
@@ -101,7 +102,7 @@ def _logic_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unfreeze", action="store_true", help="lift a mark made by hand (--freeze)")
 
 
-def add_parsers(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """Register ``bir scenario …`` and ``bir investigate`` on the CLI's subparsers."""
     top = sub.add_parser(
         "scenario",
@@ -171,6 +172,8 @@ def add_parsers(sub: Any) -> None:
     inv = _sub(sub, "investigate", "a scenario's state, its marked steps, and every save or undo that was forced")
     inv.add_argument("target", help="a run_ or scn_ id")
     _json_flag(inv)
+    top.set_defaults(run=run)
+    inv.set_defaults(run=run)
 
 
 # --- running ----------------------------------------------------------------------------------------
@@ -201,8 +204,11 @@ class _Io:
         self.out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
 
 
-def run_command(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run one ``bir scenario`` command (``replay`` only with ``--dry``) or ``bir investigate``; answer its exit."""
+def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run one ``bir scenario`` command or ``bir investigate``; answer its exit (``replay`` without
+    ``--dry`` runs the plan as ``bir replay --scenario`` does)."""
+    if args.command == "scenario" and args.scenario_command == "replay" and not args.dry:
+        return run_plan(args)
     out = out or sys.stdout
     err = err or sys.stderr
     name = "bir investigate" if args.command == "investigate" else f"bir scenario {args.scenario_command}"
@@ -219,7 +225,7 @@ def run_command(args: argparse.Namespace, *, out: TextIO | None = None, err: Tex
         return EXIT_USAGE
     except (OSError, installed.StoreError) as exc:
         io.warn(f"cannot write under {config.home()}: {exc}")
-        return EXIT_STOPPED
+        return EXIT_FAILED
     try:
         return anyio.run(_run, args, io)
     except UsageError as exc:
@@ -264,7 +270,7 @@ def _no_answer(exc: ServiceError, io: _Io) -> int:
     if io.as_json:
         io.json_doc({"error": code, "message": str(exc)})
     io.warn(words)
-    return EXIT_STOPPED
+    return EXIT_FAILED
 
 
 def _refusal_words(reply: Reply, target: str, step: int | None) -> str:
@@ -324,7 +330,7 @@ def _refused(reply: Reply, io: _Io, target: str, step: int | None = None) -> Sto
         if isinstance(report, dict):
             io.say("\n".join(["the check found:", *problem_lines(report, io.style)]))
     io.warn(_refusal_words(reply, target, step))
-    return Stop(EXIT_STOPPED)
+    return Stop(EXIT_FAILED)
 
 
 def _accepted(reply: Reply, io: _Io, what: str, target: str, step: int | None = None) -> dict[str, Any]:
@@ -337,7 +343,7 @@ def _accepted(reply: Reply, io: _Io, what: str, target: str, step: int | None = 
         if io.as_json:
             io.body(reply)
         io.warn(f"the service's answer to {what} cannot be read (HTTP {reply.status}, not a JSON object); try again")
-        raise Stop(EXIT_STOPPED)
+        raise Stop(EXIT_FAILED)
     return data
 
 
@@ -358,7 +364,7 @@ async def _resolve(api: ScenarioApi, io: _Io, target: str) -> tuple[str, dict[st
         if io.as_json:
             io.body(reply)
         io.warn(f"the service's scenario for {target} has no scn_ id; try again, and report it if it persists")
-        raise Stop(EXIT_STOPPED)
+        raise Stop(EXIT_FAILED)
     return scenario_id, data, reply
 
 
@@ -374,7 +380,7 @@ def _no_step(io: _Io, scenario_id: str, data: Mapping[str, Any], index: int) -> 
     if io.as_json:
         io.json_doc({"error": "no_such_step", "scenarioId": scenario_id, "stepIndex": index})
     io.warn(f"{scenario_id} has no step {index} (its steps: {have or 'none'})")
-    return Stop(EXIT_STOPPED)
+    return Stop(EXIT_FAILED)
 
 
 # --- the commands -----------------------------------------------------------------------------------
@@ -478,7 +484,7 @@ async def _dry_replay(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan:
         else f"bir scenario show {args.scenario}"
     )
     io.warn(f"the plan fails on the recording: read it with `{look}`, and try a fix with `bir scenario check`")
-    return EXIT_STOPPED
+    return EXIT_FAILED
 
 
 async def _edits(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _LogicPlan | None) -> int:
@@ -551,7 +557,7 @@ async def _newest_undoable(api: ScenarioApi, io: _Io, scenario_id: str, step: in
     if io.as_json:
         io.json_doc({"error": "nothing_to_undo", "scenarioId": scenario_id, "stepIndex": step})
     io.warn(f"nothing to undo{where} in {scenario_id}: no edit is standing (`bir scenario edits {scenario_id}`)")
-    raise Stop(EXIT_STOPPED)
+    raise Stop(EXIT_FAILED)
 
 
 async def _check_or_edit(args: argparse.Namespace, api: ScenarioApi, io: _Io, plan: _LogicPlan | None) -> int:
@@ -591,7 +597,7 @@ def _save_fields(args: argparse.Namespace) -> dict[str, Any]:
 def _check_exit(report: Mapping[str, Any]) -> int:
     if report.get("noChange") is True:
         return EXIT_OK
-    return EXIT_OK if report.get("ok") is True and not report.get("problems") else EXIT_STOPPED
+    return EXIT_OK if report.get("ok") is True and not report.get("problems") else EXIT_FAILED
 
 
 def _say_checked(report: Mapping[str, Any], io: _Io, step: int) -> int:
@@ -603,7 +609,7 @@ def _say_checked(report: Mapping[str, Any], io: _Io, step: int) -> int:
         return EXIT_OK
     io.say("\n".join([f"Step {step}: the check found problems:", *problem_lines(report, io.style)]))
     io.warn('a save would be refused; fix the change, or save it on purpose with --force --note "<why>"')
-    return EXIT_STOPPED
+    return EXIT_FAILED
 
 
 def _say_saved(result: Mapping[str, Any], io: _Io, scenario_id: str, step: int) -> int:
@@ -694,7 +700,7 @@ def _refuse_locally(io: _Io, kind: str, failure: LogicError, where: str) -> None
             {"error": "logic_refused_locally", "kind": kind, "reason": failure.reason, "message": failure.message}
         )
     io.warn(f"{kind} refused here{where} ({failure.reason}: {failure.message}); nothing was sent")
-    raise Stop(EXIT_STOPPED)
+    raise Stop(EXIT_FAILED)
 
 
 def _read_logic(path: str | None, stdin_used: list[bool]) -> str | None:
@@ -746,7 +752,7 @@ def _editing(args: argparse.Namespace, io: _Io) -> int:
     if args.switch != "status":
         if current is None:
             io.warn(f"bir is not installed in {project}: run `bir install --replay` there first")
-            return EXIT_STOPPED
+            return EXIT_FAILED
         current = installed.update(project, editing=args.switch == "on")
     editing = current is not None and current.editing
     if io.as_json:

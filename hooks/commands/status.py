@@ -7,16 +7,22 @@ request to the service); ``assess`` turns those facts into what is broken; ``ren
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bir.core import credentials, installed
+from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.off_switch import OffState, read_off
 from bir.core.paths import resolve_project
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service, control_facts
+from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
 from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
-from bir.hooks.commands.term import ago, paint
+from bir.hooks.commands.term import ago, paint, wants_colour
 
 
 @dataclass(frozen=True)
@@ -201,3 +207,29 @@ def render_text(facts: StatusFacts, colour: bool = False) -> str:
     for problem in assess(facts):
         lines.append(paint("problem: ", "red", colour) + f"{problem.what} — fix: {problem.fix}")
     return "\n".join(lines)
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register ``bir status``."""
+    cmd = add_command(
+        sub,
+        "status",
+        "one screen: installed, replay, control server, proxies, the bir server, the service",
+        ["bir status", "bir status --project ~/src/app --json"],
+        CHECK_EXIT_CODES,
+    )
+    project_flag(cmd)
+    json_flag(cmd)
+    cmd.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``bir status``; 1 when something is broken."""
+    log_for_later()
+    facts = asyncio.run(gather(args.project))
+    broken = bool(assess(facts))
+    if args.json:
+        sys.stdout.write(json.dumps(render_json(facts), indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(render_text(facts, wants_colour(sys.stdout)) + "\n")
+    return EXIT_FAILED if broken else EXIT_OK

@@ -1,33 +1,43 @@
 """The switches and the lifecycle (spec §13.2, §14, §16.5): ``bir replay status|on|off|allow``,
 ``bir off`` / ``bir on``, ``bir up`` / ``bir down``, ``bir login`` / ``bir logout``.
 
-Each command returns an ``Outcome``: sentences for a person and a plain object for ``--json``. A
-refusal raises ``OpsError``, whose message says what to do next. The switches live where every
+Each command returns an ``CommandResult``: sentences for a person and a plain object for ``--json``. A
+refusal raises ``CommandError``, whose message says what to do next. The switches live where every
 running process reads them at each use (``<BIR_HOME>/installed.json``, ``<BIR_HOME>/off``), so a
 flip reaches a running control server and ``bir-scenario`` without a restart.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import psutil
 
-from bir.core import config, credentials, installed
+from bir.core import config, installed
+from bir.core.exits import EXIT_USAGE
 from bir.core.log import logs_dir
 from bir.core.paths import off_file, pid_alive, project_key, resolve_project, revive_stamp
 from bir.hooks import api, hook_client
+from bir.hooks.commands.result import (
+    CommandError,
+    CommandResult,
+    Subparsers,
+    add_command,
+    json_flag,
+    log_for_later,
+    print_result,
+    project_flag,
+)
 from bir.hooks.discovery import Discovery, read_discovery, remove_discovery
 
-EXIT_OK: Final = 0
-EXIT_REFUSED: Final = 1
-EXIT_USAGE: Final = 2
 # A control server starts its evaluator workers before it publishes itself; V8 takes a few seconds.
 UP_WAIT_S: Final = 20.0
 # SIGTERM answers parked polls and stops the pool: bounded at a few seconds by the server itself.
@@ -36,31 +46,10 @@ POLL_S: Final = 0.05
 MAX_SERVER_NAME: Final = 256
 
 
-class OpsError(Exception):
-    """A command refused or failed; the message is for a person and says what to do next."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_REFUSED) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a command did: ``text`` for a person, ``data`` for ``--json``, ``warnings`` for both."""
-
-    text: str
-    data: Mapping[str, Any]
-    warnings: tuple[str, ...] = field(default=())
-    exit_code: int = EXIT_OK
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.data, "warnings": list(self.warnings)}
-
-
 def _installed_or_refuse(project: Path, what: str) -> installed.ProjectSwitches:
     switches = installed.project(project)
     if switches is None:
-        raise OpsError(f"bir is not installed in {project}, so {what}: run `bir install --replay` there first")
+        raise CommandError(f"bir is not installed in {project}, so {what}: run `bir install --replay` there first")
     return switches
 
 
@@ -68,7 +57,7 @@ def _store(project: Path, **changes: Any) -> installed.ProjectSwitches:
     try:
         return installed.update(project, **changes)
     except installed.StoreError as exc:
-        raise OpsError(f"{exc}; make {config.home()} writable and run this again") from exc
+        raise CommandError(f"{exc}; make {config.home()} writable and run this again") from exc
 
 
 # -- bir replay status|on|off|allow ------------------------------------------------------------------
@@ -143,7 +132,7 @@ def describe_allow(allow: Sequence[str] | None) -> str:
     return ", ".join(allow) if allow else "no server (bir calls nothing by itself)"
 
 
-def replay_status(project_dir: str | os.PathLike[str]) -> Outcome:
+def replay_status(project_dir: str | os.PathLike[str]) -> CommandResult:
     """``bir replay status``: the project's switches in words.
 
     Raises:
@@ -152,7 +141,7 @@ def replay_status(project_dir: str | os.PathLike[str]) -> Outcome:
     view = replay_view(resolve_project(project_dir))
     if not view.installed:
         text = f"bir is not installed in {view.project}: replay is off. To turn it on: bir install --replay"
-        return Outcome(text, view.to_json())
+        return CommandResult(text, view.to_json())
     lines = [f"Replay is {'ON' if view.replay else 'off'} in {view.project}."]
     if view.stored_replay and view.env_replay_off:
         lines.append("  Stored on, but BIR_REPLAY=0 in this environment keeps it off for what starts here.")
@@ -161,7 +150,7 @@ def replay_status(project_dir: str | os.PathLike[str]) -> Outcome:
         lines.append("  (from BIR_REPLAY_ALLOW_SERVERS, which wins over the stored allowlist)")
     if view.wrapped:
         lines.append(f"  Wrapped servers: {', '.join(view.wrapped)}")
-    return Outcome("\n".join(lines), view.to_json(), _replay_warnings(view))
+    return CommandResult("\n".join(lines), view.to_json(), _replay_warnings(view))
 
 
 def _replay_warnings(view: ReplayView) -> tuple[str, ...]:
@@ -181,11 +170,11 @@ def _replay_warnings(view: ReplayView) -> tuple[str, ...]:
     return tuple(warnings)
 
 
-def replay_switch(project_dir: str | os.PathLike[str], on: bool) -> Outcome:
+def replay_switch(project_dir: str | os.PathLike[str], on: bool) -> CommandResult:
     """``bir replay on|off``: store the project's replay switch.
 
     Raises:
-        OpsError: bir is not installed in the project, or the store cannot be written.
+        CommandError: bir is not installed in the project, or the store cannot be written.
         ConfigError: a ``BIR_*`` variable read here holds an unusable value.
     """
     project = resolve_project(project_dir)
@@ -199,14 +188,14 @@ def replay_switch(project_dir: str | os.PathLike[str], on: bool) -> Outcome:
         text = f"Replay is off in {project}: matched prompts are only not recorded. To turn it on: bir replay on"
     if on and view.env_replay_off:
         text += "\n  BIR_REPLAY=0 in this environment still keeps it off for what starts here."
-    return Outcome(text, view.to_json(), _replay_warnings(view))
+    return CommandResult(text, view.to_json(), _replay_warnings(view))
 
 
 def parse_allow(spec: str) -> tuple[str, ...] | None:
     """``all`` → None (every wrapped server); ``a,b`` → ``("a", "b")``.
 
     Raises:
-        OpsError: a name is empty, too long or has whitespace (usage).
+        CommandError: a name is empty, too long or has whitespace (usage).
     """
     if spec.strip().lower() == "all":
         return None
@@ -214,7 +203,7 @@ def parse_allow(spec: str) -> tuple[str, ...] | None:
     for part in spec.split(","):
         name = part.strip()
         if not name or len(name) > MAX_SERVER_NAME or any(ch.isspace() for ch in name):
-            raise OpsError(
+            raise CommandError(
                 f"{part!r} is not a server name: give names separated by commas (bir replay allow fleet,github) "
                 "or `all`",
                 EXIT_USAGE,
@@ -224,11 +213,11 @@ def parse_allow(spec: str) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def replay_allow(project_dir: str | os.PathLike[str], spec: str) -> Outcome:
+def replay_allow(project_dir: str | os.PathLike[str], spec: str) -> CommandResult:
     """``bir replay allow <a,b>|all``: store the project's allowlist.
 
     Raises:
-        OpsError: a bad list (usage), bir is not installed in the project, or the store cannot be written.
+        CommandError: a bad list (usage), bir is not installed in the project, or the store cannot be written.
         ConfigError: a ``BIR_*`` variable read here holds an unusable value.
     """
     allow = parse_allow(spec)
@@ -243,24 +232,24 @@ def replay_allow(project_dir: str | os.PathLike[str], spec: str) -> Outcome:
         )
     if not view.replay:
         text += "\n  Replay is off here, so nothing is called yet (bir replay on)."
-    return Outcome(text, view.to_json(), _replay_warnings(view))
+    return CommandResult(text, view.to_json(), _replay_warnings(view))
 
 
 # -- bir off / bir on ----------------------------------------------------------------------------------
 
 
-def runner_off() -> Outcome:
+def runner_off() -> CommandResult:
     """``bir off``: write ``<BIR_HOME>/off``; hooks answer ``{}`` and the ``bir`` server lists no tools.
 
     Raises:
-        OpsError: the file cannot be written.
+        CommandError: the file cannot be written.
     """
     path = off_file(config.home())
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     except OSError as exc:
-        raise OpsError(
+        raise CommandError(
             f"cannot write {path}: {exc.strerror or exc}; set BIR_OFF=1 for a session instead, "
             f"or make {path.parent} writable"
         ) from exc
@@ -268,14 +257,14 @@ def runner_off() -> Outcome:
         "bir is off everywhere: hooks answer {}, nothing is matched, armed or recorded, and the `bir` MCP server "
         "lists no tools (running sessions see it within a few seconds).\n  To turn it back on: bir on"
     )
-    return Outcome(text, {"off": True, "file": str(path)})
+    return CommandResult(text, {"off": True, "file": str(path)})
 
 
-def runner_on() -> Outcome:
+def runner_on() -> CommandResult:
     """``bir on``: remove ``<BIR_HOME>/off``.
 
     Raises:
-        OpsError: the file exists and cannot be removed.
+        CommandError: the file exists and cannot be removed.
         ConfigError: ``BIR_OFF`` holds an unusable value.
     """
     path = off_file(config.home())
@@ -285,12 +274,12 @@ def runner_on() -> Outcome:
     except FileNotFoundError:
         was_off = False
     except OSError as exc:
-        raise OpsError(f"cannot remove {path}: {exc.strerror or exc}; remove it by hand") from exc
+        raise CommandError(f"cannot remove {path}: {exc.strerror or exc}; remove it by hand") from exc
     text = "bir is on again." if was_off else "bir was not off."
     warnings: tuple[str, ...] = ()
     if config.get_flag("BIR_OFF"):
         warnings = ("BIR_OFF=1 in this environment still keeps bir off for what starts here: unset it",)
-    return Outcome(text, {"off": bool(config.get_flag("BIR_OFF")), "wasOff": was_off}, warnings)
+    return CommandResult(text, {"off": bool(config.get_flag("BIR_OFF")), "wasOff": was_off}, warnings)
 
 
 # -- bir up / bir down ---------------------------------------------------------------------------------
@@ -314,12 +303,12 @@ def _server_data(found: Discovery) -> dict[str, Any]:
     return {"pid": found.pid, "url": found.url, "startedAt": found.started_at, "version": found.version}
 
 
-def bring_up(project_dir: str | os.PathLike[str], wait_s: float = UP_WAIT_S) -> Outcome:
+def bring_up(project_dir: str | os.PathLike[str], wait_s: float = UP_WAIT_S) -> CommandResult:
     """``bir up``: clear the project's ``down`` mark and start its control server detached, the way a
     hook revives it; wait until it publishes itself.
 
     Raises:
-        OpsError: bir is not installed in the project, the server could not be started, or it did not
+        CommandError: bir is not installed in the project, the server could not be started, or it did not
             come up within ``wait_s``.
     """
     project = resolve_project(project_dir)
@@ -329,14 +318,14 @@ def bring_up(project_dir: str | os.PathLike[str], wait_s: float = UP_WAIT_S) -> 
     found = read_discovery(project)
     if found is not None:
         text = f"The control server of {project} is already up (pid {found.pid}, {found.url})."
-        return Outcome(text, {"project": str(project), "started": False, "server": _server_data(found)})
+        return CommandResult(text, {"project": str(project), "started": False, "server": _server_data(found)})
     home = config.home()
     try:
         # A person asked: the hooks' once-per-10-s limit is not for them.
         revive_stamp(home, project).unlink(missing_ok=True)
         hook_client.revive(home, project)
     except OSError as exc:
-        raise OpsError(f"cannot start bir-hooks: {exc}; check that bir is installed (bir-hooks --help)") from exc
+        raise CommandError(f"cannot start bir-hooks: {exc}; check that bir is installed (bir-hooks --help)") from exc
     box: list[Discovery] = []
 
     def published() -> bool:
@@ -346,13 +335,13 @@ def bring_up(project_dir: str | os.PathLike[str], wait_s: float = UP_WAIT_S) -> 
         return current is not None
 
     if not _wait(published, wait_s):
-        raise OpsError(
+        raise CommandError(
             f"the control server of {project} did not come up within {wait_s:.0f} s; "
             f"read {server_log(project)}, then run `bir up` again"
         )
     found = box[-1]
     text = f"The control server of {project} is up (pid {found.pid}, {found.url}).\n  To stop it: bir down"
-    return Outcome(text, {"project": str(project), "started": True, "server": _server_data(found)})
+    return CommandResult(text, {"project": str(project), "started": True, "server": _server_data(found)})
 
 
 def is_control_server(pid: int) -> bool:
@@ -364,12 +353,12 @@ def is_control_server(pid: int) -> bool:
     return any(Path(w).name == "bir-hooks" or w == "bir.hooks" for w in words)
 
 
-def bring_down(project_dir: str | os.PathLike[str], wait_s: float = DOWN_WAIT_S) -> Outcome:
+def bring_down(project_dir: str | os.PathLike[str], wait_s: float = DOWN_WAIT_S) -> CommandResult:
     """``bir down``: mark the project down (no hook revives it until ``bir up`` or the next install),
     then stop its control server (SIGTERM, wait up to ``wait_s``).
 
     Raises:
-        OpsError: the server's pid is not a ``bir-hooks`` process, cannot be signalled, or outlived ``wait_s``.
+        CommandError: the server's pid is not a ``bir-hooks`` process, cannot be signalled, or outlived ``wait_s``.
     """
     project = resolve_project(project_dir)
     switches = installed.project(project)
@@ -383,9 +372,9 @@ def bring_down(project_dir: str | os.PathLike[str], wait_s: float = DOWN_WAIT_S)
     data: dict[str, Any] = {"project": str(project), "down": switches is not None, "stopped": False}
     found = read_discovery(project)
     if found is None:
-        return Outcome(f"No control server was running for {project}. {after}", data)
+        return CommandResult(f"No control server was running for {project}. {after}", data)
     if not is_control_server(found.pid):
-        raise OpsError(
+        raise CommandError(
             f"pid {found.pid} in the discovery file of {project} is not a bir-hooks process; nothing was signalled. "
             "If no control server is running, the file is stale: run `bir up` to replace it"
         )
@@ -394,11 +383,11 @@ def bring_down(project_dir: str | os.PathLike[str], wait_s: float = DOWN_WAIT_S)
     except ProcessLookupError:
         pass
     except OSError as exc:
-        raise OpsError(
+        raise CommandError(
             f"cannot signal pid {found.pid}: {exc.strerror or exc}; stop it by hand (kill {found.pid})"
         ) from exc
     if not _wait(lambda: not pid_alive(found.pid), wait_s):
-        raise OpsError(
+        raise CommandError(
             f"the control server (pid {found.pid}) is still running {wait_s:.0f} s after SIGTERM; "
             f"stop it with `kill -9 {found.pid}` and read {server_log(project)}"
         )
@@ -406,77 +395,46 @@ def bring_down(project_dir: str | os.PathLike[str], wait_s: float = DOWN_WAIT_S)
     remove_discovery(project, pid=found.pid)
     data["stopped"] = True
     data["server"] = _server_data(found)
-    return Outcome(f"Stopped the control server of {project} (pid {found.pid}). {after}", data)
+    return CommandResult(f"Stopped the control server of {project} (pid {found.pid}). {after}", data)
 
 
-# -- bir login / bir logout ----------------------------------------------------------------------------
+# -- the command line ------------------------------------------------------------------------------------
+
+_COMMANDS: Final = (
+    ("off", "take the whole runner out of the way: hooks answer {}, the bir server lists no tools", "bir off"),
+    ("on", "undo `bir off`", "bir on"),
+    ("up", "start this project's control server (and let hooks revive it again)", "bir up --project ~/src/app"),
+    ("down", "stop this project's control server; nothing revives it until `bir up`", "bir down"),
+)
 
 
-def login_url(given: str | None) -> str:
-    """The URL ``bir login`` signs in to: ``--url``, else ``BIR_AUTH_URL``, else the stored one.
-
-    Raises:
-        OpsError: none of them is set, or the URL is not usable (usage).
-    """
-    url = given or config.get_str("BIR_AUTH_URL")
-    if url is None:
-        stored = credentials.load()
-        url = stored.url if stored is not None else None
-    if url is None:
-        raise OpsError("no service URL: give it with --url (bir login --url https://basein.example.com)", EXIT_USAGE)
-    try:
-        return credentials.normalize_url(url)
-    except ValueError as exc:
-        raise OpsError(f"{exc}; give a URL such as https://basein.example.com", EXIT_USAGE) from None
+def add_parser(sub: Subparsers) -> None:
+    """Register ``bir off``, ``bir on``, ``bir up`` and ``bir down``."""
+    for name, helptext, example in _COMMANDS:
+        cmd = add_command(sub, name, helptext, [example])
+        if name in ("up", "down"):
+            project_flag(cmd)
+        json_flag(cmd)
+        cmd.set_defaults(run=run)
 
 
-def login(url: str, token: str, verdict: str, detail: str) -> Outcome:
-    """``bir login``: store the sign-in unless the service refused the token (``verdict`` from ``probes``).
-
-    Raises:
-        OpsError: the service refused the token, the token is not usable (usage), or the file cannot be written.
-    """
-    if verdict == "refused":
-        raise OpsError(
-            f"the service at {url} refused this token ({detail}); nothing was stored. "
-            "Get a new token and run `bir login` again"
-        )
-    try:
-        saved = credentials.save(url, token)
-    except ValueError as exc:
-        raise OpsError(f"{exc}; nothing was stored", EXIT_USAGE) from None
-    except credentials.CredentialsError as exc:
-        raise OpsError(f"{exc}; make {config.home()} writable and run `bir login` again") from exc
-    path = credentials.credentials_path()
-    checked = {
-        "accepted": "The service accepted the token.",
-        "unreachable": f"The service could not be reached ({detail}), so the token is not checked yet: "
-        "run `bir status` once it is up.",
-        "unexpected": f"The service answered something unexpected ({detail}), so the token is not checked yet.",
-    }.get(verdict, "")
-    lines = [f"Signed in to {saved.url}. {checked}".rstrip(), f"  Stored in {path} (readable only by you)."]
-    warnings: list[str] = []
-    env_url, env_token = config.get_str("BIR_AUTH_URL"), config.get_str("BIR_TOKEN")
-    if env_url and credentials.normalize_url(env_url) != saved.url:
-        warnings.append(f"BIR_AUTH_URL in this environment wins over the stored sign-in: {env_url}")
-    if env_token:
-        warnings.append("BIR_TOKEN in this environment wins over the stored token")
-    data = {"url": saved.url, "stored": str(path), "check": verdict, "detail": detail}
-    return Outcome("\n".join(lines), data, tuple(warnings), EXIT_OK)
-
-
-def logout() -> Outcome:
-    """``bir logout``: forget the stored sign-in.
+def run(args: argparse.Namespace) -> int:
+    """Run ``bir off|on|up|down``; answer its exit status.
 
     Raises:
-        OpsError: the file cannot be removed.
+        ConfigError: a ``BIR_*`` variable holds an unusable value (the CLI prints it).
     """
+    log_for_later()
     try:
-        removed = credentials.remove()
-    except credentials.CredentialsError as exc:
-        raise OpsError(f"{exc}; remove it by hand") from exc
-    text = "Signed out: the stored sign-in is removed." if removed else "There was no stored sign-in."
-    warnings = []
-    if config.get_str("BIR_TOKEN") or config.get_str("BIR_AUTH_URL"):
-        warnings.append("BIR_AUTH_URL / BIR_TOKEN in this environment still sign in what starts here: unset them")
-    return Outcome(text, {"removed": removed}, tuple(warnings))
+        if args.command == "off":
+            result = runner_off()
+        elif args.command == "on":
+            result = runner_on()
+        elif args.command == "up":
+            result = bring_up(args.project)
+        else:
+            result = bring_down(args.project)
+    except CommandError as exc:
+        sys.stderr.write(f"bir {args.command}: {exc}\n")
+        return exc.exit_code
+    return print_result(result, args.json, sys.stdout)

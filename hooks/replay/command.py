@@ -31,6 +31,7 @@ from bir.core.bundle import MAX_REPLAY_REASON
 from bir.core.coverage import ReplayMode, mode_for
 from bir.core.derive import derive_parameters, resolve_api_key
 from bir.core.directive import reads_resp_params
+from bir.core.exits import EXIT_FAILED, EXIT_MISSING_TARGET, EXIT_OK
 from bir.core.handover import Stop, handover_note
 from bir.core.log import log_event
 from bir.core.logic import eval_tool_input_logic
@@ -44,22 +45,10 @@ from bir.evaluator import EvaluatorPool, LogicError
 from bir.hooks.discovery import read_discovery, write_discovery
 from bir.hooks.replay.direct import DirectExecutor
 from bir.hooks.replay.host import HostSessionError, ProxyHost, proxy_environment
-from bir.hooks.replay.report import (
-    EXIT_MISSING_TARGET,
-    EXIT_OK,
-    EXIT_STOPPED,
-    EXIT_USAGE,
-    Outcome,
-    ReplayReport,
-    StepOutcome,
-)
+from bir.hooks.replay.report import ReplayEnd, ReplayReport, StepOutcome
 from bir.hooks.server.control import ControlServer
 
 __all__ = [
-    "EXIT_MISSING_TARGET",
-    "EXIT_OK",
-    "EXIT_STOPPED",
-    "EXIT_USAGE",
     "ReplayArgs",
     "ReplayReport",
     "ReplayUsageError",
@@ -259,7 +248,7 @@ def _stopped_report(run: _Run, mode: ReplayMode, exc: PlanError, steps: tuple[St
         params=run.params,
         steps=steps,
         outcome="stopped",
-        exit_code=EXIT_STOPPED,
+        exit_code=EXIT_FAILED,
         stop=exc.stop,
         stop_tool=exc.tool_name,
         note=exc.note,
@@ -400,8 +389,8 @@ async def _execute(run: _Run, pool: EvaluatorPool, url: str, token: str, wrapped
             _outcome(position, step, tool_input=inputs.get(position), output=outputs.get(position), verdict=verdict)
         )
     stop = bundle.stop
-    outcome: Outcome = "done" if response is not None else "response_failed" if stop is None else "stopped"
-    code = EXIT_OK if outcome == "done" else EXIT_STOPPED
+    outcome: ReplayEnd = "done" if response is not None else "response_failed" if stop is None else "stopped"
+    code = EXIT_OK if outcome == "done" else EXIT_FAILED
     stop_tool = scenario.steps[stop.step].tool_name if stop is not None and stop.step is not None else None
     log_event("replay.finished", scenario_id=scenario.id, exit_code=code, steps=len(steps), mode=mode)
     return run.report(

@@ -21,12 +21,6 @@ from bir.core.redact import redact, redact_text
 from bir.core.tool_text import ERROR_PREFIX, content_parts
 from bir.core.truncate import cut
 
-EXIT_OK: Final = 0
-EXIT_STOPPED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_MISSING_TARGET: Final = 3
-EXIT_INTERRUPTED: Final = 130
-
 # What a terminal shows of one input line and of one output; the JSON document carries more.
 INPUT_CHARS: Final = 300
 OUTPUT_CHARS: Final = 800
@@ -34,7 +28,7 @@ OUTPUT_LINES: Final = 12
 LINE_CHARS: Final = 240
 JSON_OUTPUT_CHARS: Final = 20_000
 
-Outcome = Literal["done", "dry", "missing_target", "stopped", "response_failed"]
+ReplayEnd = Literal["done", "dry", "missing_target", "stopped", "response_failed"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +62,7 @@ class ReplayReport:
     step_count: int
     params: Mapping[str, object] | None
     steps: tuple[StepOutcome, ...]
-    outcome: Outcome
+    outcome: ReplayEnd
     exit_code: int
     missing: tuple[str, ...] = ()
     stop: Stop | None = None

@@ -17,16 +17,10 @@ import psutil
 import pytest
 
 from bir.core import config
+from bir.core.exits import EXIT_FAILED, EXIT_MISSING_TARGET, EXIT_OK
 from bir.core.handover import OPENING
 from bir.hooks.discovery import write_discovery
-from bir.hooks.replay.command import (
-    EXIT_MISSING_TARGET,
-    EXIT_OK,
-    EXIT_STOPPED,
-    ReplayArgs,
-    ReplayUsageError,
-    run_replay,
-)
+from bir.hooks.replay.command import ReplayArgs, ReplayUsageError, run_replay
 from bir.hooks.replay.host import HostSessionError, ProxyHost, proxy_environment
 from bir.hooks.replay.report import ReplayReport, render_json
 from bir.hooks.server.control import ControlServer
@@ -197,7 +191,7 @@ async def test_killing_the_proxy_mid_plan_stops_at_that_step_with_the_may_or_may
             assert host.pid is not None
             psutil.Process(host.pid).kill()
             code, doc, _ = await run
-    assert code == EXIT_STOPPED
+    assert code == EXIT_FAILED
     assert [s["status"] for s in doc["steps"]] == ["ok", "ok", "skipped"]
     assert doc["note"].startswith(OPENING)
     assert "may or may not have completed" in doc["note"]
@@ -225,7 +219,7 @@ async def test_a_dry_run_derives_and_plans_without_running_a_step(tmp_path: Path
 
 async def test_a_step_that_cannot_be_sent_stops_the_plan_with_nothing_of_it_happened(tmp_path: Path) -> None:
     code, doc, _ = await _replay(_args(FIXTURES / "fleet-mixed.json", params={"region": "eu-west-1"}, project=tmp_path))
-    assert code == EXIT_STOPPED
+    assert code == EXIT_FAILED
     assert [s["status"] for s in doc["steps"]] == ["ok", "skipped"]
     assert "Nothing of it happened" in doc["note"]
 
@@ -289,6 +283,6 @@ async def test_a_value_the_injection_guard_refuses_hands_over_before_any_step_ru
     code, doc, _ = await _replay(
         _args(FIXTURES / "fleet-mixed.json", params={"region": "eu-west-1;rm -rf ~"}, project=tmp_path)
     )
-    assert code == EXIT_STOPPED
+    assert code == EXIT_FAILED
     assert doc["steps"] == []
     assert "refused as unsafe" in doc["note"]

@@ -1,0 +1,65 @@
+"""``bir bench eval|pin|proxy``: the benchmarks behind the command line."""
+
+from __future__ import annotations
+
+import argparse
+
+from bir.hooks.commands.result import Subparsers, add_command, json_flag
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register ``bir bench`` and its targets."""
+    bench = add_command(sub, "bench", "measure bir's hot paths", ["bir bench eval --quick", "bir bench pin --json"])
+    targets = bench.add_subparsers(dest="bench_target", required=True)
+    ev = add_command(
+        targets,
+        "eval",
+        "the evaluator pool against the in-process floor, or one scenario's bodies (--scenario)",
+        ["bir bench eval --quick", "bir bench eval --scenario examples/scenarios/fleet-direct.json --quick"],
+    )
+    ev.add_argument("--quick", action="store_true", help="fewer iterations (about 20 s)")
+    json_flag(ev)
+    ev.add_argument(
+        "--scenario", help="time this scenario's own bodies (a file or a scn_ id) and suggest BIR_LOGIC_TIMEOUT_MS"
+    )
+    ev.add_argument("--prompt", help="with --scenario: derive the parameters from this request (else the samples)")
+    ev.add_argument(
+        "--outputs", metavar="FILE", help="with --scenario: a JSON object, step index -> that step's output"
+    )
+    ev.add_argument("--run", metavar="RUN_ID", help="with --scenario: take the outputs from this source run")
+    ev.add_argument("--calls", type=int, help="with --scenario: timed calls per body (default 200, 50 with --quick)")
+    ev.set_defaults(run=run)
+    pn = add_command(
+        targets, "pin", "what a pinned tool call costs: bir-hook beside bare command hooks", ["bir bench pin --quick"]
+    )
+    pn.add_argument("--quick", action="store_true", help="fewer iterations (about 10 s)")
+    json_flag(pn)
+    pn.set_defaults(run=run)
+    px = add_command(
+        targets,
+        "proxy",
+        "what bir-proxy adds to a tools/call, and a direct step's round trip",
+        ["bir bench proxy --quick"],
+    )
+    px.add_argument("--quick", action="store_true", help="fewer iterations (about 30 s)")
+    json_flag(px)
+    px.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one benchmark; answer its exit status."""
+    if args.bench_target == "eval" and args.scenario:
+        from bir.benchmarks.scenario_bench import main_args, run_scenario_bench
+
+        return run_scenario_bench(main_args(args), as_json=args.json)
+    if args.bench_target == "eval":
+        from bir.benchmarks.eval_bench import run_eval_bench
+
+        return run_eval_bench(quick=args.quick, as_json=args.json)
+    if args.bench_target == "pin":
+        from bir.benchmarks.pin_bench import run_pin_bench
+
+        return run_pin_bench(quick=args.quick, as_json=args.json)
+    from bir.benchmarks.proxy_bench import run_proxy_bench
+
+    return run_proxy_bench(quick=args.quick, as_json=args.json)

@@ -1,0 +1,103 @@
+"""What every operator command shares: its result for a person or for ``--json``, its refusal, its help.
+
+A command returns a ``CommandResult`` (sentences for a person, a plain object for ``--json``) or raises
+``CommandError``, whose message says what to do next. Its log lines go to ``<BIR_HOME>/logs/bir.log``:
+a command talks, and what it logs is for later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, TextIO
+
+from bir.core import config
+from bir.core.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_USAGE
+from bir.core.log import log_to_file, logs_dir
+from bir.hooks.commands.term import paint, wants_colour
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    Subparsers = argparse._SubParsersAction
+
+EXIT_CODES: Final = f"""exit codes:
+  {EXIT_OK}    ok
+  {EXIT_FAILED}    refused or failed (the message says what to do next)
+  {EXIT_USAGE}    usage: a bad option or BIR_* value"""
+CHECK_EXIT_CODES: Final = f"""exit codes:
+  {EXIT_OK}    ok
+  {EXIT_FAILED}    something is broken (each finding says what fixes it)
+  {EXIT_USAGE}    usage: a bad option or BIR_* value"""
+REPLAY_EXIT_CODES: Final = f"""exit codes:
+  {EXIT_OK}    ok
+  {EXIT_FAILED}    the run stopped, was refused, or failed
+  {EXIT_USAGE}    usage: a bad option, scenario or BIR_* value
+  {EXIT_MISSING_TARGET}    a target parameter has no value
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
+
+
+class CommandError(Exception):
+    """A command refused or failed; the message is for a person and says what to do next."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command did: ``text`` for a person, ``data`` for ``--json``, ``warnings`` for both."""
+
+    text: str
+    data: Mapping[str, Any]
+    warnings: tuple[str, ...] = field(default=())
+    exit_code: int = EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.data, "warnings": list(self.warnings)}
+
+
+def print_result(result: CommandResult, as_json: bool, out: TextIO) -> int:
+    """Write ``result`` (one JSON document with ``as_json``) and answer its exit status."""
+    if as_json:
+        out.write(json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n")
+        return result.exit_code
+    colour = wants_colour(out)
+    out.write(result.text + "\n")
+    for warning in result.warnings:
+        out.write(paint("warning: ", "yellow", colour) + warning + "\n")
+    return result.exit_code
+
+
+def log_for_later() -> None:
+    """Send this command's log lines (a refused request, …) to ``<BIR_HOME>/logs/bir.log``, not the screen."""
+    with contextlib.suppress(OSError):
+        log_to_file(logs_dir(config.home()) / "bir.log")
+
+
+def add_command(
+    sub: Subparsers, name: str, helptext: str, examples: Sequence[str], codes: str = EXIT_CODES
+) -> argparse.ArgumentParser:
+    """A subcommand whose help ends with its examples and its exit codes."""
+    label = "example" if len(examples) == 1 else "examples"
+    shown = "\n".join(f"  {line}" for line in examples)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=helptext,
+        description=helptext,
+        epilog=f"{label}:\n{shown}\n\n{codes}\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+def project_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", default=".", help="the project directory (default: the working directory)")
+
+
+def json_flag(parser: argparse.ArgumentParser, helptext: str = "print one JSON document") -> None:
+    parser.add_argument("--json", action="store_true", help=helptext)
