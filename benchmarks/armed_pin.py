@@ -264,7 +264,6 @@ class BenchServer:
                 transcript_path=None,
                 permission_mode="default",
                 phase="running",
-                decided=True,
                 plan=plan,
                 steer=SteerState(),
             )

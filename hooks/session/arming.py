@@ -17,7 +17,6 @@ DecisionCode = Literal[
     "replay_off",
     "scenario_not_ready",
     "similarity_below",
-    "no_coverage",
     "service_unhealthy",
     "match_slow",
     "match_timeout",
@@ -26,7 +25,6 @@ DecisionCode = Literal[
     "arm_unannounced",
     "no_delivery_tool",
     "missing_target",
-    "no_derive_key",
     "plan_mode",
     "vetoed",
 ]
@@ -52,7 +50,6 @@ def ladder(
     wrapped: AbstractSet[str],
     delivery_live: bool,
     permission_mode: str | None,
-    can_derive: bool,
 ) -> Armable | Decline:
     """Run the gates of §4 and the refusals past them, in order; the first that declines answers."""
     if not replay_on:
@@ -67,11 +64,10 @@ def ladder(
         )
     mode = mode_for(scenario.steps, wrapped)
     if mode == "none":
-        return Decline("no_coverage", "no step of the scenario can run here")
+        # Every step can at least be steered (the model calls it); only an empty plan has no mode.
+        return Decline("scenario_not_ready", "no step of the scenario can run here")
     if permission_mode == "plan":
         return Decline("plan_mode", "the session is in plan mode: nothing is announced")
     if mode == "direct" and not delivery_live:
         return Decline("no_delivery_tool", "no running bir server has said it serves run_scenario")
-    if scenario.targets and not can_derive:
-        return Decline("no_derive_key", "the scenario has a target and nobody can derive it here")
     return Armable(scenario if scenario.id else scenario.model_copy(update={"id": matched.scenario_id}), mode)

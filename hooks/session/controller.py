@@ -43,6 +43,7 @@ from bir.hooks.session.proxy_reports import ProxyReports
 from bir.hooks.session.state import PendingCall, Run, Session, SessionTable, SteerState
 from bir.hooks.session.steer import PROXY_REPORT_GRACE_S, RUN_SCENARIO_TOOL, SteerDriver, context
 from bir.hooks.session.switches import Switches, SwitchReader
+from bir.hooks.session.turn import ENDED, LIVE, advance, retire
 
 # A sealed run's usage is read when the transcript is complete: at SessionEnd, the next prompt, or this long after Stop.
 FINALIZE_AFTER_STOP_S: Final = 10.0
@@ -60,6 +61,13 @@ NOT_RUN_NOTE: Final = (
     f"{TAG} The prepared scenario for this request is not being run. Do the task yourself with your tools; "
     "do not call mcp__bir__run_scenario."
 )
+# Why a hit was declined without the prompt waiting on it (§4, §14).
+DID_NOT_WAIT: Final[Mapping[DecisionCode, str]] = {
+    "replay_off": "replay is off for this project: no prompt waits on the match",
+    "service_unhealthy": "the service is cooling down after a failure: the prompt did not wait on the match",
+    "match_slow": "the match gate holds prompts off a slow service: the prompt did not wait on the match",
+    "match_late": "the match landed after the prompt's budget: it never steers",
+}
 ALREADY_RUNNING: Final = (
     "this scenario is already running for this turn — its results come back to the earlier run_scenario call"
 )
@@ -194,7 +202,7 @@ class Controller:
         run = session.run if session is not None else None
         if event == "UserPromptSubmit" and run is not None:
             # The prompt is answered without the directive: whatever arms later is retired unannounced.
-            run.answered = True
+            run.prompt_answered = True
         if event == "PreToolUse" and run is not None and run.plan is not None and run.plan.mode == "steer":
             return self.steer.overdue(run)
         return api.EMPTY_HOOK_ANSWER
@@ -226,17 +234,20 @@ class Controller:
         if not self.service.configured:
             return context("UserPromptSubmit", note) if note else api.EMPTY_HOOK_ANSWER
         matching = self._spawn(run, self._match(run, hook))
-        if not switches.replay:
-            # Replay off is exactly v1: the match only decides whether the turn is recorded (§14).
-            run.decided = True
-            return context("UserPromptSubmit", note) if note else api.EMPTY_HOOK_ANSWER
         now = self._clock()
+        # Replay off is exactly v1: no prompt waits on the match, which only decides whether the turn is
+        # recorded (§14); a hit is declined when it lands, as while the service cools down or is slow.
         hold: DecisionCode | None = (
-            "service_unhealthy" if self.health.cooling(now) else "match_slow" if self.gate.held(now) else None
+            "replay_off"
+            if not switches.replay
+            else "service_unhealthy"
+            if self.health.cooling(now)
+            else "match_slow"
+            if self.gate.held(now)
+            else None
         )
         answer = api.EMPTY_HOOK_ANSWER
         if hold is not None:
-            run.decided = True
             self._spawn(run, self._decide_later(run, matching, hold))
         else:
             answer = await self._arm_from_match(run, matching, hook)
@@ -263,8 +274,9 @@ class Controller:
         elif self.gate.fast():
             log_event("replay.match_gate", held_s=0, took_ms=round(took_ms))
         if answer is None:
-            run.recording = True
-            self.recorder.start(run.run_id)
+            if advance(run, "missed"):
+                run.recording = True
+                self.recorder.start(run.run_id)
             return None
         run.matched = answer.matched
         log_event(
@@ -279,7 +291,7 @@ class Controller:
     async def _decide_later(self, run: Run, matching: asyncio.Task[Matched | None], code: DecisionCode) -> None:
         matched = await matching
         if matched is not None:
-            self._decline(run, matched, Decline(code, "the prompt did not wait on the match"))
+            self._decline(run, matched, Decline(code, DID_NOT_WAIT[code]))
 
     async def _arm_from_match(
         self, run: Run, matching: asyncio.Task[Matched | None], hook: api.HookInput
@@ -289,34 +301,26 @@ class Controller:
         try:
             matched = await asyncio.wait_for(asyncio.shield(matching), budget_s)
         except TimeoutError:
-            run.decided = True
             self._log_decision(run, "match_timeout", "the match did not answer within BIR_MATCH_BUDGET_MS")
-            self._spawn(run, self._late(run, matching))
+            # A match that lands after the prompt's budget never steers; its ticket books the baseline.
+            self._spawn(run, self._decide_later(run, matching, "match_late"))
             return api.EMPTY_HOOK_ANSWER
         if matched is None:
-            run.decided = True
             return api.EMPTY_HOOK_ANSWER
         left_s = ARM_BUDGET_S - (self._clock() - began)
         try:
             text = await asyncio.wait_for(self._arm(run, matched), max(0.05, left_s))
         except TimeoutError:
-            if not run.decided:
-                self._decline(run, matched, Decline("arm_timeout", "the plan was not ready inside the prompt's budget"))
+            self._decline(run, matched, Decline("arm_timeout", "the plan was not ready inside the prompt's budget"))
             return api.EMPTY_HOOK_ANSWER
         if text is None:
             return api.EMPTY_HOOK_ANSWER
-        if run.answered:
+        if run.prompt_answered:
             # The route already answered without the directive (its deadline passed).
             self._retire(run, "arm_unannounced")
             return api.EMPTY_HOOK_ANSWER
-        run.phase = "announced"
+        advance(run, "announced")
         return context("UserPromptSubmit", text)
-
-    async def _late(self, run: Run, matching: asyncio.Task[Matched | None]) -> None:
-        matched = await matching
-        if matched is not None:
-            # A match that lands after the prompt's budget never steers; its ticket books the baseline.
-            self._draft(run, matched, armed=False)
 
     async def _arm(self, run: Run, matched: Matched) -> str | None:
         switches = self.switches()
@@ -330,7 +334,6 @@ class Controller:
                 wrapped=self.wrapped,
                 delivery_live=self.delivery_live(),
                 permission_mode=run.permission_mode,
-                can_derive=bool(key) or self.service.configured,
             )
 
         # A session's first prompt can come while its MCP servers are still starting (Claude Code starts
@@ -354,19 +357,18 @@ class Controller:
         if isinstance(verdict, Decline):
             self._decline(run, matched, verdict)
             return None
+        if not advance(run, "arming"):
+            return None
         plan = self._plan(run, verdict, key)
         run.plan = plan
         if verdict.mode == "steer":
             run.steer = SteerState()
         run.steps_planned = plan.step_count
-        run.phase = "arming"
         if verdict.scenario.targets:
             try:
                 await asyncio.wait_for(plan.ready(), config.require_int("BIR_HOOK_DERIVE_BUDGET_MS") / 1000)
             except (PlanError, PlanStateError, TimeoutError) as exc:
                 reason = exc.message if isinstance(exc, PlanError) else "the parameters were not derived in time"
-                plan.close()
-                run.plan = None
                 self._decline(run, matched, Decline("missing_target", reason))
                 return None
         if verdict.mode == "steer":
@@ -375,11 +377,10 @@ class Controller:
             stop = plan.stop
             if stop is not None and stop.kind == "params_failed":
                 # Found at arm time (a value the injection guard refuses, a missing target): declined (§13.2).
-                plan.close()
-                run.plan, run.steer = None, None
                 self._decline(run, matched, Decline("missing_target", stop.detail or "the parameters failed"))
                 return None
-        run.decided = True
+        if not advance(run, "armed"):
+            return None
         self._draft(run, matched, armed=True)
         log_event(
             "plan.armed",
@@ -442,7 +443,7 @@ class Controller:
         tool, tool_use_id = hook.tool_name, hook.tool_use_id
         if tool_use_id is not None:
             self.reports_of_proxies.note_call(tool_use_id, session.session_id)
-        if run is None or run.phase == "sealed":
+        if run is None or run.phase in ENDED:
             return api.EMPTY_HOOK_ANSWER
         if tool_use_id is not None and tool is not None and len(run.pending) < 256:
             run.pending[tool_use_id] = PendingCall(tool_use_id, tool, hook.tool_input, self._clock())
@@ -451,7 +452,7 @@ class Controller:
             return await self.steer.pre(run, hook, deadline)
         if plan is None:
             return self._correlate(run, hook)
-        if plan.mode != "direct" or run.phase not in ("announced", "running"):
+        if plan.mode != "direct" or run.phase not in LIVE:
             return api.EMPTY_HOOK_ANSWER
         if tool == RUN_SCENARIO_TOOL:
             if run.bound_tool_use_id is None and run.permission_mode != "plan":
@@ -467,11 +468,10 @@ class Controller:
             return api.EMPTY_HOOK_ANSWER
         if _housekeeping(tool, hook.tool_input):
             return api.EMPTY_HOOK_ANSWER
-        if not run.direct_started:
+        if run.phase == "announced" and self._retire(run, "vetoed"):
             # §6.4: a direct plan never diverges; any other first call (or a run_scenario that never
             # reached us) retires it without running anything, and the call runs as written.
             run.veto_note_for = tool_use_id
-            self._retire(run, "vetoed")
         return api.EMPTY_HOOK_ANSWER
 
     async def _on_post(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
@@ -493,7 +493,7 @@ class Controller:
             and plan.mode == "direct"
             and tool == RUN_SCENARIO_TOOL
             and tool_use_id == run.bound_tool_use_id
-            and not run.direct_started
+            and run.phase == "announced"
         ):
             # Refused, denied or failed on the way: never override it by running the same steps another way.
             self._retire(run, "vetoed")
@@ -570,10 +570,8 @@ class Controller:
         run = self._run_for(request)
         if run is None or run.plan is None:
             return api.ScenarioRunAnswer(ok=False, why=api.NO_PLAN)
-        if run.direct_started:
+        if not advance(run, "started"):
             return api.ScenarioRunAnswer(ok=False, why=ALREADY_RUNNING)
-        run.direct_started = True
-        run.phase = "running"
         plan = run.plan
         budget_s = (config.get_float("BIR_REPLAY_BUDGET_MS") or config.require_int("BIR_REPLAY_PLAN_BUDGET_MS")) / 1000
         derive_s = config.require_int("BIR_DERIVE_BUDGET_MS") / 1000
@@ -622,7 +620,7 @@ class Controller:
             if session.run is not None
             and session.run.plan is not None
             and session.run.bound_tool_use_id is not None
-            and session.run.phase in ("announced", "running")
+            and session.run.phase in LIVE
         ]
         if request.tool_use_id is not None:
             return next((run for run in waiting if run.bound_tool_use_id == request.tool_use_id), None)
@@ -652,22 +650,16 @@ class Controller:
         return api.EMPTY_HOOK_ANSWER
 
     def _seal(self, run: Run) -> None:
-        if run.phase == "sealed":
+        if run.phase in ENDED:
             return
         plan = run.plan
-        if (
-            plan is not None
-            and plan.mode == "direct"
-            and run.phase in ("announced", "arming")
-            and not run.direct_started
-        ):
+        if plan is not None and plan.mode == "direct" and run.phase in ("arming", "armed", "announced"):
             # §6.4: a direct plan whose run_scenario never came books not_steered.
             self._retire(run, "vetoed")
-        elif plan is not None and plan.mode == "steer" and run.phase in ("announced", "running", "arming"):
+        elif plan is not None and plan.mode == "steer":
             # The turn ended with the plan still armed: whatever threaded is work done, the rest was the model's.
-            run.end = "retired"
-            plan.close()
-        run.phase = "sealed"
+            retire(run, "retired")
+        advance(run, "sealed")
         run.sealed_at = self._clock()
 
     async def _finalize_later(self, run: Run) -> None:
@@ -676,9 +668,8 @@ class Controller:
 
     def _finalize(self, run: Run) -> None:
         """Book the run once: its recording's finish and its execution report (both queued)."""
-        if run.finalized:
+        if not advance(run, "booked"):
             return
-        run.finalized = True
         usages = usage_since(run.transcript_path, run.mark) if run.mark is not None else []
         booking = book(run, usages, run.sealed_at or self._clock())
         finish, report = booking.finish, booking.report
@@ -718,21 +709,23 @@ class Controller:
         )
 
     def _decline(self, run: Run, matched: Matched, decline: Decline) -> None:
-        if run.decided:
+        """The turn's one decision, a refusal: logged once, the plan (if one was being made) dropped."""
+        if not advance(run, "declined"):
             return
-        run.decided = True
+        if run.plan is not None:
+            run.plan.close()
+            run.plan, run.steer = None, None
         self._log_decision(run, decline.code, decline.why)
         self._draft(run, matched, armed=False)
 
-    def _retire(self, run: Run, code: DecisionCode) -> None:
+    def _retire(self, run: Run, code: DecisionCode) -> bool:
+        """Retire an armed plan before it ran (``vetoed``, ``arm_unannounced``), logged once."""
         plan = run.plan
-        if plan is None or run.phase == "retired":
-            return
-        run.phase = "retired"
-        run.end = "retired"
+        if plan is None or not retire(run, "retired"):
+            return False
         event = "replay.vetoed" if code == "vetoed" else "replay.decision"
         log_event(event, code=code, run_id=run.run_id, session_id=run.session_id, scenario_id=plan.scenario_id)
-        plan.close()
+        return True
 
     def _draft(self, run: Run, matched: Matched, *, armed: bool) -> None:
         ticket, scenario_id = matched.execution_ticket, run.scenario_id

@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from bir.core.coverage import StepReach
 from bir.core.outcome import PlanEnd
@@ -19,12 +19,11 @@ from bir.core.plan import ScenarioReplayPlan
 from bir.core.source_run import SourceRun
 from bir.core.transcript import UsageMark
 from bir.core.types import Matched
+from bir.hooks.session.turn import Phase
 
 MAX_SESSIONS: Final = 256
 SESSION_IDLE_S: Final = 6 * 3600.0
 MAX_PENDING_CALLS: Final = 256
-
-RunPhase = Literal["matching", "arming", "announced", "running", "retired", "sealed"]
 
 
 @dataclass
@@ -69,7 +68,7 @@ class SteerState:
 
 @dataclass
 class Run:
-    """One turn of one session."""
+    """One turn of one session; ``phase`` moves only through ``bir.hooks.session.turn.advance``."""
 
     run_id: str
     session_id: str
@@ -78,20 +77,18 @@ class Run:
     mark: UsageMark | None
     transcript_path: str | None
     permission_mode: str | None
-    phase: RunPhase = "matching"
+    phase: Phase = "matching"
+    # Facts about the turn that its phase does not say.
     recording: bool = False
+    prompt_answered: bool = False
     matched: Matched | None = None
-    decided: bool = False
-    answered: bool = False
     plan: ScenarioReplayPlan | None = None
     end: PlanEnd = "completed"
     derive_cost_usd: float = 0.0
     steps_planned: int = 0
     bound_tool_use_id: str | None = None
-    direct_started: bool = False
     veto_note_for: str | None = None
     last_answer: str | None = None
-    finalized: bool = False
     sealed_at: float | None = None
     pending: dict[str, PendingCall] = field(default_factory=dict)
     # A steer plan's pins and notes (§7); None for a direct plan or no plan.

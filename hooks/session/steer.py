@@ -37,6 +37,7 @@ from bir.hooks import api
 from bir.hooks.server.work_queue import ProxyWorkQueue
 from bir.hooks.session.executor import SessionExecutor
 from bir.hooks.session.state import Pin, Run, SteerState
+from bir.hooks.session.turn import ENDED, LIVE, advance, retire
 
 RUN_SCENARIO_TOOL: Final = api.RUN_SCENARIO_TOOL
 # §7.2: how long a wrapped step's PostToolUse waits for its proxy's report before threading the hook's view.
@@ -111,7 +112,7 @@ class SteerDriver:
         """The answer to a tool call while ``run`` holds a steer plan; ``deadline`` is the route's (monotonic)."""
         plan, state = run.plan, run.steer
         tool, tool_use_id = hook.tool_name, hook.tool_use_id
-        if plan is None or state is None or run.phase not in ("announced", "running"):
+        if plan is None or state is None or run.phase not in LIVE:
             return api.EMPTY_HOOK_ANSWER
         if tool == RUN_SCENARIO_TOOL or tool is None or is_housekeeping(tool, hook.tool_input):
             return api.EMPTY_HOOK_ANSWER
@@ -124,9 +125,9 @@ class SteerDriver:
             pin = state.in_flight
             if pin is not None and not pin.last and not await self._wait_for_thread(pin, deadline):
                 return self._concurrent(run, plan, pin)
-            if run.phase not in ("announced", "running") or plan.stopped or plan.is_done():
+            if run.phase not in LIVE or plan.stopped or plan.is_done():
                 return api.EMPTY_HOOK_ANSWER
-            run.phase = "running"
+            advance(run, "started")
             if tool_use_id is not None and tool == plan.expected_tool():
                 return await self._pin(run, plan, state, hook, tool_use_id)
             if state.declined and tool_use_id is not None:
@@ -250,12 +251,12 @@ class SteerDriver:
         """The answer when a ``PreToolUse`` reaches its route's deadline (§14): a divergence's note in the
         call's place, or ``{}`` with a plan still getting ready retired."""
         plan = run.plan
-        if plan is None or run.phase == "sealed":
+        if plan is None or run.phase in ENDED:
             return api.EMPTY_HOOK_ANSWER
         if plan.note:
             log_event("replay.diverge_overran", run_id=run.run_id, scenario_id=plan.scenario_id)
             return deny(plan.note)
-        if run.phase in ("announced", "running"):
+        if run.phase in LIVE:
             log_event("replay.pin_overran", run_id=run.run_id, scenario_id=plan.scenario_id)
             self._end(run, plan, "retired")
         return api.EMPTY_HOOK_ANSWER
@@ -288,7 +289,7 @@ class SteerDriver:
         self, run: Run, plan: ScenarioReplayPlan, pin: Pin, hook: api.HookInput, deadline: float
     ) -> str | None:
         """Thread ``pin``'s output; answers the hand-over note when the plan stopped here."""
-        if plan.stopped or run.phase not in ("announced", "running"):
+        if plan.stopped or run.phase not in LIVE:
             return None
         if hook.hook_event_name == "PostToolUseFailure" or hook.error is not None:
             detail = cut(hook.error or "the host reported the call failed", 300)
@@ -333,11 +334,7 @@ class SteerDriver:
 
     def _end(self, run: Run, plan: ScenarioReplayPlan, end: PlanEnd) -> None:
         """Retire the plan once, booking how it ended."""
-        if run.phase == "retired":
-            return
-        run.phase = "retired"
-        run.end = end
-        plan.close()
+        retire(run, end)
 
 
 def mint_call_id() -> str:
