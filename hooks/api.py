@@ -11,9 +11,11 @@ and a newer ``bir`` on either side still understand each other. Decoders are bui
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Generic, Literal, TypeVar
 
 import msgspec
+
+from bir.hooks import hook_routes
 
 # -- bounds ----------------------------------------------------------------------------------------
 
@@ -215,17 +217,8 @@ RUN_SCENARIO_NAME: Final = "run_scenario"
 # The tool as the model and the hooks see it (FACTS.md §3: `mcp__<server>__<tool>`).
 RUN_SCENARIO_TOOL: Final = f"mcp__{BIR_SERVER}__{RUN_SCENARIO_NAME}"
 
-# The route each hook event posts to, the timeout ``bir install`` writes for it (seconds) and the
-# control server's own deadline for answering it (ms), well inside the hook's timeout (§10).
-HOOK_ROUTES: Final[dict[str, tuple[str, int, int]]] = {
-    "SessionStart": ("/session/start", 10, 2_000),
-    "UserPromptSubmit": ("/session/prompt", 10, 7_000),
-    "PreToolUse": ("/tool/pre", 15, 12_000),
-    "PostToolUse": ("/tool/post", 5, 2_000),
-    "PostToolUseFailure": ("/tool/failure", 5, 2_000),
-    "Stop": ("/session/stop", 5, 2_000),
-    "SessionEnd": ("/session/end", 5, 2_000),
-}
+# The route of each hook event and its deadlines (one stdlib table, shared with ``bir-hook``).
+HOOK_ROUTES: Final = hook_routes.HOOK_ROUTES
 
 
 # ``bir install --mcp-hooks``: the tool events answered by an ``mcp_tool`` hook on the ``bir`` MCP server
@@ -325,3 +318,63 @@ def decode(kind: type[_T], raw: bytes) -> _T:
 def encode(value: object) -> bytes:
     """JSON bytes of a contract value (or any plain value)."""
     return _encoder.encode(value)
+
+
+# -- the routes, as a table: path, method, request, answer, and how long a healthy server takes -------------
+
+_Q = TypeVar("_Q")
+_A = TypeVar("_A")
+
+
+class Route(Generic[_Q, _A]):
+    """One route of the control plane: a ``request`` body (``NoBody`` for a GET) and its ``answer``.
+
+    ``timeout_s`` is what a client gives a healthy server; a route whose wait depends on the request
+    (a long poll's hold, a step's timeout) adds it at the call.
+    """
+
+    __slots__ = ("answer", "method", "name", "path", "request", "timeout_s")
+
+    def __init__(
+        self, method: Literal["GET", "POST"], path: str, request: type[_Q], answer: type[_A], timeout_s: float
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.name = path.lstrip("/")
+        self.request = request
+        self.answer = answer
+        self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"Route({self.method} {self.path})"
+
+
+class NoBody(msgspec.Struct, frozen=True):
+    """The request of a route that takes none (a GET)."""
+
+
+HEALTH: Final = Route("GET", "/health", NoBody, Health, 2.0)
+PROXY_REGISTER: Final = Route("POST", "/proxy/register", RegisterRequest, RegisterAnswer, 5.0)
+# Held by the server up to the request's hold; the client adds it.
+PROXY_POLL: Final = Route("POST", "/proxy/poll", PollRequest, PollAnswer, 5.0)
+PROXY_RESULT: Final = Route("POST", "/proxy/result", ResultRequest, Ok, 5.0)
+PROXY_STEP: Final = Route("POST", "/proxy/step", StepReport, Ok, 5.0)
+SCENARIO_HELLO: Final = Route("POST", "/scenario/hello", Hello, Ok, 1.0)
+# A direct run: bounded by ``BIR_SCENARIO_RUN_TIMEOUT_MS`` at the call.
+SCENARIO_RUN: Final = Route("POST", "/scenario/run", ScenarioRunRequest, ScenarioRunAnswer, 5.0)
+# One step of ``bir replay``: its own timeout plus this slack, so the server's answer says what happened.
+REPLAY_CALL: Final = Route("POST", "/replay/call", ReplayCallRequest, ReplayCallAnswer, 5.0)
+HOOKS: Final[dict[str, Route[HookInput, HookAnswer]]] = {
+    event: Route("POST", hook.path, HookInput, HookAnswer, hook.client_s) for event, hook in HOOK_ROUTES.items()
+}
+ROUTES: Final[tuple[Route[Any, Any], ...]] = (
+    HEALTH,
+    PROXY_REGISTER,
+    PROXY_POLL,
+    PROXY_RESULT,
+    PROXY_STEP,
+    SCENARIO_HELLO,
+    SCENARIO_RUN,
+    REPLAY_CALL,
+    *HOOKS.values(),
+)

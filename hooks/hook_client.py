@@ -31,18 +31,8 @@ from typing import Any, Final
 from bir.core import config
 from bir.core.off_switch import runner_off
 from bir.core.paths import control_dir, discovery_file, pid_alive, resolve_project, revive_stamp
+from bir.hooks.hook_routes import HOOK_ROUTES
 
-# Per event: the control server's route and this client's own deadline for the whole exchange,
-# kept under the hook timeout `bir install` writes (§10) so Claude Code never has to kill the hook.
-ROUTES: Final[Mapping[str, tuple[str, float]]] = {
-    "SessionStart": ("/session/start", 3.0),
-    "UserPromptSubmit": ("/session/prompt", 8.5),
-    "PreToolUse": ("/tool/pre", 13.5),
-    "PostToolUse": ("/tool/post", 3.5),
-    "PostToolUseFailure": ("/tool/failure", 3.5),
-    "Stop": ("/session/stop", 3.5),
-    "SessionEnd": ("/session/end", 3.5),
-}
 # Events that wait for a revived server: the start of a session and its prompts are what get matched.
 WAITING_EVENTS: Final = frozenset({"SessionStart", "UserPromptSubmit"})
 
@@ -55,7 +45,7 @@ REVIVE_POLL_S: Final = 0.04
 LOG_MAX_BYTES: Final = 1024 * 1024
 _EMPTY: Final = "{}"
 USAGE: Final = (
-    "usage: bir-hook EVENT  (EVENT: " + ", ".join(ROUTES) + ")\n"
+    "usage: bir-hook EVENT  (EVENT: " + ", ".join(HOOK_ROUTES) + ")\n"
     "Claude Code's command hook: reads the hook JSON on stdin, prints the control server's answer or {}.\n"
 )
 
@@ -274,11 +264,11 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
         HookFailure: why the answer is ``{}`` (the caller logs it).
     """
     start = time.monotonic()
-    if len(argv) != 1 or argv[0] not in ROUTES:
+    if len(argv) != 1 or argv[0] not in HOOK_ROUTES:
         raise HookFailure(f"unknown event {' '.join(argv)[:100]!r}")
     event = argv[0]
-    route, budget = ROUTES[event]
-    deadline = start + budget
+    route = HOOK_ROUTES[event]
+    deadline = start + route.client_s
     body, parsed = read_body(stdin)
     project = project_dir(parsed, env)
     server = read_server(home, project)
@@ -298,7 +288,7 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
         if server is None:
             raise HookFailure("no control server came up in time")
     url, token = server
-    return answer_text(post(url, route, token, body, deadline))
+    return answer_text(post(url, route.path, token, body, deadline))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,9 +1,9 @@
-"""The proxy's HTTP client of the control server (spec §16.1): register, poll, result, step.
+"""A proxy's link to its control server (spec §16.1): register, poll, result, step.
 
-Every failure to reach the server or to read its answer is one error type, `ControlUnreachable`:
-the work loop backs off and registers again, and nothing here ever reaches the host session.
-Answers are read leniently (unknown fields ignored, missing ones defaulted), as the server may be
-an older or newer ``bir``.
+The requests go through the control plane's one client (``bir.hooks.control_client``); every failure
+to reach the server or to read its answer is its one error type, ``ControlError``: the work loop backs
+off and registers again, and nothing here ever reaches the host session. Answers are read leniently
+(unknown fields ignored, missing ones defaulted), as the server may be an older or newer ``bir``.
 """
 
 from __future__ import annotations
@@ -12,39 +12,22 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final
 
 import httpx
 import msgspec
 
 from bir.hooks import api
+from bir.hooks.control_client import ControlClient, ControlError, Endpoint
 
-# A request that is not a long poll is answered at once by a healthy server.
-REQUEST_TIMEOUT_S: Final = 5.0
 # How much longer than its hold a long poll may take before it counts as lost.
 POLL_SLACK_S: Final = 5.0
 DEFAULT_POLL_HOLD_MS: Final = 25_000
 MAX_POLL_HOLD_MS: Final = 60_000
 # The control server refuses bodies past 8 MiB; a step report stays under that.
 MAX_REPORT_BYTES: Final = 7 * 1024 * 1024
-_MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 
-
-_T = TypeVar("_T")
-
-
-class ControlUnreachable(Exception):
-    """The control server could not be reached, refused us, or answered something unreadable."""
-
-
-class Endpoint(Protocol):
-    """What discovery yields: ``bir.hooks.discovery.Discovery`` has these and more."""
-
-    @property
-    def url(self) -> str: ...
-
-    @property
-    def token(self) -> str: ...
+__all__ = ["ControlError", "Endpoint", "ProxyLink", "Registration", "discover", "project_dir"]
 
 
 def discover(project_dir: str | os.PathLike[str]) -> Endpoint | None:
@@ -65,7 +48,7 @@ class Registration:
     poll_hold_ms: int
 
 
-class ControlClient:
+class ProxyLink:
     """One proxy's view of one control server."""
 
     def __init__(
@@ -76,30 +59,25 @@ class ControlClient:
         proxy_id: str,
         http: httpx.AsyncClient | None = None,
     ) -> None:
-        self.url = endpoint.url.rstrip("/")
-        self._token = endpoint.token
+        self._client = ControlClient(endpoint, http=http)
+        self.url = self._client.url
         self.server_name = server_name
         self.proxy_id = proxy_id
         self._started_at = int(time.time() * 1000)
-        # Loopback only: never let an HTTP(S)_PROXY variable send the token elsewhere.
-        self._http = http or httpx.AsyncClient(trust_env=False, timeout=REQUEST_TIMEOUT_S)
-        self._owns_http = http is None
 
     async def aclose(self) -> None:
-        if self._owns_http:
-            await self._http.aclose()
+        await self._client.aclose()
 
     async def register(self) -> Registration:
         """``POST /proxy/register``.
 
         Raises:
-            ControlUnreachable: no answer, a non-2xx answer, or an unreadable one.
+            ControlError: no answer, a non-2xx answer, or an unreadable one.
         """
         body = api.RegisterRequest(
             server_name=self.server_name, proxy_id=self.proxy_id, pid=os.getpid(), started_at=self._started_at
         )
-        raw = await self._post("/proxy/register", api.encode(body), REQUEST_TIMEOUT_S)
-        answer = _decode(api.RegisterAnswer, raw)
+        answer = await self._client.call(api.PROXY_REGISTER, body)
         hold = max(0, min(answer.poll_hold_ms, MAX_POLL_HOLD_MS))
         return Registration(replay=answer.replay, poll_hold_ms=hold)
 
@@ -107,7 +85,7 @@ class ControlClient:
         """``POST /proxy/poll``, held by the server up to ``hold_ms``.
 
         Raises:
-            ControlUnreachable: no answer within the hold plus slack, or an unusable one.
+            ControlError: no answer within the hold plus slack, or an unusable one.
         """
         body = api.PollRequest(
             server_name=self.server_name,
@@ -116,27 +94,26 @@ class ControlClient:
             started_at=self._started_at,
             hold_ms=hold_ms,
         )
-        raw = await self._post("/proxy/poll", api.encode(body), hold_ms / 1000 + POLL_SLACK_S)
-        return _decode(api.PollAnswer, raw)
+        return await self._client.call(api.PROXY_POLL, body, timeout_s=hold_ms / 1000 + POLL_SLACK_S)
 
     async def result(self, work_id: str, result: Any = None, error: str | None = None) -> None:
         """``POST /proxy/result``: exactly one of ``result`` and ``error`` is meant to be set.
 
         Raises:
-            ControlUnreachable: the server did not take it.
+            ControlError: the server did not take it.
         """
         body = (
             api.ResultRequest(work_id=work_id, error=error)
             if error is not None
             else api.ResultRequest(work_id=work_id, result=result)
         )
-        await self._post("/proxy/result", _fit(body), REQUEST_TIMEOUT_S)
+        await self._client.call(api.PROXY_RESULT, _fit(body))
 
     async def step(self, report: api.StepReport) -> None:
         """``POST /proxy/step``: one relayed call, for correlation and threading (spec §7.2).
 
         Raises:
-            ControlUnreachable: the server did not take it.
+            ControlError: the server did not take it.
         """
         body = msgspec.structs.replace(
             report,
@@ -145,36 +122,7 @@ class ControlClient:
             duration_ms=max(0.0, report.duration_ms),
             result=None if report.error is not None else report.result,
         )
-        await self._post("/proxy/step", _fit(body), REQUEST_TIMEOUT_S)
-
-    async def _post(self, path: str, content: bytes, timeout_s: float) -> bytes:
-        try:
-            async with self._http.stream(
-                "POST",
-                self.url + path,
-                content=content,
-                headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
-                timeout=timeout_s,
-            ) as response:
-                if response.status_code // 100 != 2:
-                    raise ControlUnreachable(f"{path} answered HTTP {response.status_code}")
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > _MAX_ANSWER_BYTES:
-                        raise ControlUnreachable(f"{path} answered more than {_MAX_ANSWER_BYTES} bytes")
-                    chunks.append(chunk)
-                return b"".join(chunks)
-        except httpx.HTTPError as exc:
-            raise ControlUnreachable(f"{path}: {type(exc).__name__}: {exc}") from exc
-
-
-def _decode(kind: type[_T], raw: bytes) -> _T:
-    try:
-        return api.decode(kind, raw)
-    except api.BodyError as exc:
-        raise ControlUnreachable(f"unreadable answer: {exc}") from exc
+        await self._client.call(api.PROXY_STEP, _fit(body))
 
 
 def _fit(body: api.ResultRequest | api.StepReport) -> bytes:

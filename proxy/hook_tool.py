@@ -23,8 +23,6 @@ from bir.hooks import api
 EMPTY: Final = "{}"
 # The client's own deadline is the control server's deadline plus this, and always this much under the
 # timeout ``bir install`` writes for the hook, so Claude Code never has to give up on the call.
-DEADLINE_SLACK_S: Final = 1.5
-HOST_MARGIN_S: Final = 0.5
 MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 MODEL_CALL_META: Final = "claudecode/toolUseId"
 _JSON_FIELDS: Final = frozenset({"tool_input", "tool_response"})
@@ -72,16 +70,6 @@ def hook_input(arguments: Mapping[str, Any]) -> dict[str, Any] | None:
     return body
 
 
-def deadline_s(event: str) -> float:
-    """How long the tool waits for the control server on ``event``'s route.
-
-    Raises:
-        KeyError: ``event`` is not a hook event.
-    """
-    _, host_timeout_s, server_ms = api.HOOK_ROUTES[event]
-    return min(server_ms / 1000 + DEADLINE_SLACK_S, host_timeout_s - HOST_MARGIN_S)
-
-
 def answer_text(status: int, reply: bytes) -> str | None:
     """The route's answer as the hook's output text, or None when it is not a 200 with a JSON object."""
     if status != 200 or len(reply) > MAX_ANSWER_BYTES:
@@ -105,9 +93,9 @@ async def answer_hook(
     event = str(body["hook_event_name"])
     if off:
         return HookReply(EMPTY, event)
-    route = api.HOOK_ROUTES[event][0]
+    route = api.HOOK_ROUTES[event].path
     try:
-        status, reply = await post(route, api.encode(body), deadline_s(event))
+        status, reply = await post(route, api.encode(body), api.HOOK_ROUTES[event].client_s)
     except Exception as exc:  # noqa: BLE001 - whatever failed, the hook answers {} and the session goes on
         return HookReply(EMPTY, event, f"{route}: {type(exc).__name__}: {exc}"[:300])
     text = answer_text(status, reply)

@@ -48,6 +48,7 @@ from bir.core.log import log_event
 from bir.core.off_switch import file_says_off
 from bir.core.paths import off_file
 from bir.hooks import api
+from bir.hooks.control_client import ControlClient, ControlError
 from bir.hooks.discovery import Discovery, read_discovery
 from bir.proxy.hook_tool import answer_hook
 from bir.proxy.scenario_answer import (
@@ -132,8 +133,8 @@ class OffSwitch:
         return self._env_off or file_says_off(self._path)
 
 
-class ControlClient:
-    """The two requests ``bir-scenario`` makes of the control server."""
+class ScenarioLink:
+    """The requests ``bir-scenario`` makes of its project's control server, found by discovery at each one."""
 
     def __init__(self, http: httpx.AsyncClient, project_dir: Path) -> None:
         self._http = http
@@ -147,6 +148,9 @@ class ControlClient:
             log_event("scenario.discovery_unreadable", error=f"{type(exc).__name__}: {exc}")
             return None
 
+    def _client(self, found: Discovery) -> ControlClient:
+        return ControlClient(found, http=self._http, max_answer_bytes=MAX_REPLY_BYTES)
+
     async def run(self, tool_use_id: str | None, timeout_s: float) -> Answer:
         """``POST /scenario/run`` and what it means for the model; never raises but for cancellation."""
         found = self.discovery()
@@ -154,16 +158,15 @@ class ControlClient:
             return no_control_server("no discovery file for this project")
         body = api.ScenarioRunRequest(tool_use_id=tool_use_id)
         try:
-            with anyio.fail_after(timeout_s):
-                status, reply = await self._post(found, "/scenario/run", body)
-        except TimeoutError:
-            return unavailable(f"/scenario/run did not answer within {timeout_s:g} s")
-        except httpx.ConnectError as exc:
-            return no_control_server(f"control server at {found.url} refused the connection: {exc}")
-        except httpx.HTTPError as exc:
-            return unavailable(f"/scenario/run failed: {type(exc).__name__}: {exc}")
-        except _ReplyTooLarge:
-            return unavailable(f"/scenario/run answered more than {MAX_REPLY_BYTES} bytes")
+            status, reply = await self._client(found).send(api.SCENARIO_RUN, body, timeout_s=timeout_s)
+        except ControlError as exc:
+            if exc.kind == "timeout":
+                return unavailable(f"/scenario/run did not answer within {timeout_s:g} s")
+            if exc.kind == "too_large":
+                return unavailable(f"/scenario/run answered more than {MAX_REPLY_BYTES} bytes")
+            if isinstance(exc.__cause__, httpx.ConnectError):
+                return no_control_server(f"control server at {found.url} refused the connection: {exc.__cause__}")
+            return unavailable(f"/scenario/run failed: {exc}")
         return answer_from_reply(status, reply)
 
     async def post_hook(self, route: str, body: bytes, timeout_s: float) -> tuple[int, bytes]:
@@ -171,14 +174,13 @@ class ControlClient:
 
         Raises:
             LookupError: no control server is running for the project.
-            TimeoutError: no answer within ``timeout_s``.
-            httpx.HTTPError: the request failed.
+            ControlError: no answer in time, or the request failed.
         """
         found = self.discovery()
         if found is None:
             raise LookupError("no discovery file for this project")
-        with anyio.fail_after(timeout_s):
-            return await self._post(found, route, body)
+        hook = next(r for r in api.HOOKS.values() if r.path == route)
+        return await self._client(found).send(hook, body, timeout_s=timeout_s)
 
     async def hello(self, payload: api.Hello) -> None:
         """``POST /scenario/hello``, bounded at 1 s; logs and swallows every failure."""
@@ -186,32 +188,11 @@ class ControlClient:
         if found is None:
             return
         try:
-            with anyio.fail_after(HELLO_TIMEOUT_S):
-                status, _ = await self._post(found, "/scenario/hello", payload)
-        except (TimeoutError, httpx.HTTPError, _ReplyTooLarge) as exc:
-            log_event("scenario.hello", ok=False, reason=f"{type(exc).__name__}: {exc}", tools=payload.tools)
+            status, _ = await self._client(found).send(api.SCENARIO_HELLO, payload, timeout_s=HELLO_TIMEOUT_S)
+        except ControlError as exc:
+            log_event("scenario.hello", ok=False, reason=str(exc), tools=payload.tools)
             return
         log_event("scenario.hello", ok=status == 200, status=status, tools=payload.tools, off=payload.off)
-
-    async def _post(
-        self, found: Discovery, route: str, body: api.ScenarioRunRequest | api.Hello | bytes
-    ) -> tuple[int, bytes]:
-        url = found.url.rstrip("/") + route
-        headers = {"Authorization": f"Bearer {found.token}", "Content-Type": "application/json"}
-        content = body if isinstance(body, bytes) else api.encode(body)
-        async with self._http.stream("POST", url, content=content, headers=headers) as response:
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_REPLY_BYTES:
-                    raise _ReplyTooLarge
-                chunks.append(chunk)
-            return response.status_code, b"".join(chunks)
-
-
-class _ReplyTooLarge(Exception):
-    pass
 
 
 class Heartbeat:
@@ -238,7 +219,7 @@ class Heartbeat:
 class ScenarioServer:
     """The ``bir`` MCP server: tools, answers, hello and off switch, over one stdio connection."""
 
-    def __init__(self, settings: Settings, control: ControlClient) -> None:
+    def __init__(self, settings: Settings, control: ScenarioLink) -> None:
         self.settings = settings
         self.control = control
         self.switch = OffSwitch(settings.env_off, settings.off_path)
@@ -397,7 +378,7 @@ async def serve_stdio(settings: Settings) -> None:
     # trust_env=False: a user's HTTP_PROXY must never capture loopback traffic to the control server.
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
     async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http, stdio_server() as (read, write):
-        server = ScenarioServer(settings, ControlClient(http, settings.project_dir))
+        server = ScenarioServer(settings, ScenarioLink(http, settings.project_dir))
         await server.serve(read, write)
 
 

@@ -31,9 +31,9 @@ from bir.core.log import log_event
 from bir.hooks.api import StepReport, Work
 from bir.proxy.control_client import (
     DEFAULT_POLL_HOLD_MS,
-    ControlClient,
-    ControlUnreachable,
+    ControlError,
     Endpoint,
+    ProxyLink,
     discover,
 )
 from bir.proxy.relay import RequestTimedOut
@@ -80,7 +80,7 @@ class WorkLoop:
         project: Path,
         pace: Pace | None = None,
         find: Callable[[Path], Endpoint | None] = discover,
-        make_client: Callable[..., ControlClient] = ControlClient,
+        make_client: Callable[..., ProxyLink] = ProxyLink,
     ) -> None:
         self._requester = requester
         self.server_name = server_name
@@ -89,7 +89,7 @@ class WorkLoop:
         self._pace = pace or Pace()
         self._find = find
         self._make_client = make_client
-        self._client: ControlClient | None = None
+        self._client: ProxyLink | None = None
         self._registered = False
         self._hold_ms = DEFAULT_POLL_HOLD_MS
         self._steps_in: MemoryObjectSendStream[StepReport]
@@ -145,7 +145,7 @@ class WorkLoop:
                 started = time.monotonic()
                 self.polls += 1
                 answer = await client.poll(self._hold_ms)
-            except ControlUnreachable as exc:
+            except ControlError as exc:
                 if self._registered:
                     log_event("proxy.control_unreachable", server=self.server_name, error=str(exc))
                 await self._drop_client()
@@ -159,7 +159,7 @@ class WorkLoop:
             if answer.replay is False or time.monotonic() - started < self._pace.instant_s:
                 await self._pace.sleep(self._pace.idle_s)
 
-    async def _connect(self) -> ControlClient | None:
+    async def _connect(self) -> ProxyLink | None:
         if self._client is not None:
             return self._client
         endpoint = self._find(self._project)
@@ -175,7 +175,7 @@ class WorkLoop:
         if client is not None:
             await client.aclose()
 
-    async def _run_work(self, client: ControlClient, work: Work) -> None:
+    async def _run_work(self, client: ProxyLink, work: Work) -> None:
         self.works += 1
         budget_ms = step_budget_ms(work.timeout_ms)
         result: Any = None
@@ -195,7 +195,7 @@ class WorkLoop:
         )
         try:
             await client.result(work.work_id, result=result, error=error)
-        except ControlUnreachable as exc:
+        except ControlError as exc:
             log_event("proxy.result_lost", work_id=work.work_id, error=str(exc))
             await self._drop_client()
 
@@ -218,7 +218,7 @@ class WorkLoop:
                 continue
             try:
                 await client.step(report)
-            except ControlUnreachable as exc:
+            except ControlError as exc:
                 log_event("proxy.step_dropped", tool=report.tool_name, why=str(exc))
 
 

@@ -20,7 +20,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "evaluator": frozenset({"core"}),
     "hooks": frozenset({"core", "evaluator"}),
     # A proxy speaks the control plane's contract and finds its server by discovery, nothing more.
-    "proxy": frozenset({"core", "hooks.api", "hooks.discovery"}),
+    "proxy": frozenset({"core", "hooks.api", "hooks.discovery", "hooks.control_client"}),
     # The demo upstream stands for a third-party server: it never imports bir.
     "examples": frozenset(),
 }

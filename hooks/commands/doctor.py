@@ -267,7 +267,7 @@ def _hook_findings(facts: DoctorFacts) -> list[Finding]:
         return [Finding("hooks", "broken", facts.settings_error, f"fix {facts.settings_path}, then: bir install")]
     out: list[Finding] = []
     for hook in facts.hooks:
-        expected = api.HOOK_ROUTES[hook.event][1]
+        expected = api.HOOK_ROUTES[hook.event].timeout_s
         if hook.found == 0:
             out.append(Finding("hooks", "broken", f"{hook.event}: bir's hook is missing", "bir install"))
             continue

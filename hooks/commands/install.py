@@ -47,7 +47,7 @@ from bir.hooks.commands.result import Subparsers, add_command, json_flag, projec
 # control plane's one table of hook routes.
 _TOOL_EVENTS: Final = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
 HOOK_EVENTS: Final[Mapping[str, tuple[int, bool]]] = {
-    event: (timeout_s, event in _TOOL_EVENTS) for event, (_, timeout_s, _) in api.HOOK_ROUTES.items()
+    event: (route.timeout_s, event in _TOOL_EVENTS) for event, route in api.HOOK_ROUTES.items()
 }
 MAX_JSON_BYTES: Final = 64 * 1024 * 1024
 _HOOK_SCRIPT = "bir-hook"

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-import httpx
-
 from bir.core import config
-from bir.core.service import ServiceClient, ServiceError, send_bounded
+from bir.core.service import ServiceClient, ServiceError
 from bir.hooks import api
+from bir.hooks.control_client import ControlClient, ControlError
 from bir.hooks.discovery import Discovery, read_discovery
 
 HEALTH_TIMEOUT_S: Final = 2.0
@@ -50,26 +49,12 @@ async def control_facts(project: Path, timeout_s: float = HEALTH_TIMEOUT_S) -> C
     found = read_discovery(project)
     if found is None:
         return ControlFacts(None, None)
-    headers = {"authorization": f"Bearer {found.token}"}
     try:
-        async with httpx.AsyncClient(trust_env=False) as client:
-            status, body = await send_bounded(
-                client,
-                "GET",
-                found.url + "/health",
-                route="health",
-                timeout_s=timeout_s,
-                headers=headers,
-                max_bytes=MAX_HEALTH_BYTES,
-            )
-    except ServiceError as exc:
+        async with ControlClient(found, max_answer_bytes=MAX_HEALTH_BYTES) as control:
+            health = await control.call(api.HEALTH, timeout_s=timeout_s)
+    except ControlError as exc:
         return ControlFacts(found, None, str(exc))
-    if status != 200:
-        return ControlFacts(found, None, f"/health answered HTTP {status}")
-    try:
-        return ControlFacts(found, api.decode(api.Health, body))
-    except api.BodyError as exc:
-        return ControlFacts(found, None, f"/health: {exc}")
+    return ControlFacts(found, health)
 
 
 async def check_service(url: str | None, token: str | None, timeout_s: float = SERVICE_CHECK_TIMEOUT_S) -> ServiceCheck:

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import anyio
-import httpx
 
 from bir.core import config
 from bir.core.bundle import MAX_REPLAY_REASON
@@ -42,6 +41,8 @@ from bir.core.service import ServiceClient, ServiceError
 from bir.core.step_result import StepRan, StepResult
 from bir.core.types import PayloadError, Scenario, ScenarioStep, parse_scenario
 from bir.evaluator import EvaluatorPool, LogicError
+from bir.hooks import api
+from bir.hooks.control_client import At, ControlClient, ControlError
 from bir.hooks.discovery import read_discovery, write_discovery
 from bir.hooks.replay.direct import DirectExecutor
 from bir.hooks.replay.host import HostSessionError, ProxyHost, proxy_environment
@@ -308,14 +309,11 @@ async def _ready(params: dict[str, object]) -> dict[str, object]:
 async def _served(url: str, token: str) -> set[str]:
     """The servers a running control server has a polling proxy for (its ``/health``); empty if it cannot say."""
     try:
-        async with httpx.AsyncClient(trust_env=False) as client:
-            response = await client.get(
-                f"{url.rstrip('/')}/health", headers={"authorization": f"Bearer {token}"}, timeout=HEALTH_TIMEOUT_S
-            )
-        served = response.json().get("served") if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+        async with ControlClient(At(url, token)) as control:
+            health = await control.call(api.HEALTH, timeout_s=HEALTH_TIMEOUT_S)
+    except ControlError:
         return set()
-    return {name for name in served if isinstance(name, str)} if isinstance(served, list) else set()
+    return set(health.served)
 
 
 async def _with_control(run: _Run, pool: EvaluatorPool) -> ReplayReport:
@@ -358,10 +356,8 @@ async def _execute(run: _Run, pool: EvaluatorPool, url: str, token: str, wrapped
     mode = mode_for(scenario.steps, wrapped)
     # The operator named the scenario: a step it cannot send stands on its recorded output, where it has one.
     plan = ScenarioReplayPlan(scenario, mode, _ready(run.params), pool, recorded_fallback=True)
-    async with httpx.AsyncClient(trust_env=False) as client:
-        direct = DirectExecutor(
-            client, url, token, step_timeout_s=config.require_int("BIR_STEP_TIMEOUT_MS") / 1000, allow=None
-        )
+    async with ControlClient(At(url, token)) as control:
+        direct = DirectExecutor(control, step_timeout_s=config.require_int("BIR_STEP_TIMEOUT_MS") / 1000, allow=None)
 
         async def execute(step: ScenarioStep, tool_input: dict[str, Any]) -> StepResult:
             position = scenario.steps.index(step)

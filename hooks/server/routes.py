@@ -351,18 +351,22 @@ def build_app(server: ServerState) -> Starlette:
 
         return answer_hook
 
+    handlers: dict[str, Handler] = {
+        api.HEALTH.path: health,
+        api.REPLAY_CALL.path: replay_call,
+        api.PROXY_REGISTER.path: proxy_register,
+        api.PROXY_POLL.path: proxy_poll,
+        api.PROXY_RESULT.path: proxy_result,
+        api.PROXY_STEP.path: proxy_step,
+        api.SCENARIO_HELLO.path: scenario_hello,
+        api.SCENARIO_RUN.path: scenario_run,
+    }
+    for event, hook in api.HOOK_ROUTES.items():
+        handlers[hook.path] = hook_route(event, hook.answered_by_ms)
+    # Every route of the table, and only those (``bir.hooks.api.ROUTES``).
     routes = [
-        Route("/health", _guarded("health", health), methods=["GET"]),
-        Route("/replay/call", _guarded("replay/call", replay_call), methods=["POST"]),
-        Route("/proxy/register", _guarded("proxy/register", proxy_register), methods=["POST"]),
-        Route("/proxy/poll", _guarded("proxy/poll", proxy_poll), methods=["POST"]),
-        Route("/proxy/result", _guarded("proxy/result", proxy_result), methods=["POST"]),
-        Route("/proxy/step", _guarded("proxy/step", proxy_step), methods=["POST"]),
-        Route("/scenario/hello", _guarded("scenario/hello", scenario_hello), methods=["POST"]),
-        Route("/scenario/run", _guarded("scenario/run", scenario_run), methods=["POST"]),
+        Route(route.path, _guarded(route.name, handlers[route.path]), methods=[route.method]) for route in api.ROUTES
     ]
-    for event, (path, _timeout_s, deadline_ms) in api.HOOK_ROUTES.items():
-        routes.append(Route(path, _guarded(path.lstrip("/"), hook_route(event, deadline_ms)), methods=["POST"]))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception})
     app.add_middleware(Guard, token=server.token)
     return app

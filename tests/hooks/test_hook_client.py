@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 import pytest
@@ -27,7 +27,6 @@ from bir.core import config, installed
 from bir.core.paths import discovery_file, project_key, revive_stamp, server_lock
 from bir.hooks import api
 from bir.hooks.discovery import Discovery, write_discovery
-from bir.hooks.hook_client import ROUTES
 from bir.hooks.server.control import ControlServer
 
 pytestmark = pytest.mark.anyio
@@ -80,7 +79,7 @@ class _Server(uvicorn.Server):
 @pytest.fixture
 async def stand_in() -> AsyncIterator[StandIn]:
     state = StandIn()
-    app = Starlette(routes=[Route(route, state.handle, methods=["POST"]) for route, _ in ROUTES.values()])
+    app = Starlette(routes=[Route(route.path, state.handle, methods=["POST"]) for route in api.HOOK_ROUTES.values()])
     sock = socket.create_server(("127.0.0.1", 0))
     server = _Server(uvicorn.Config(app, log_config=None, lifespan="off", timeout_graceful_shutdown=1))
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -147,12 +146,12 @@ async def test_a_hook_posts_its_body_with_the_token_and_prints_the_answer(stand_
     assert stand_in.seen == [("/tool/pre", f"Bearer {TOKEN}", BODY.encode())]
 
 
-@pytest.mark.parametrize("event", list(ROUTES))
+@pytest.mark.parametrize("event", list(api.HOOK_ROUTES))
 async def test_every_event_goes_to_its_route(stand_in: StandIn, project: Path, event: str) -> None:
     _publish(project, stand_in.url)
     out, _, code = await _hook(event, "{}", project)
     assert code == 0
-    assert json.loads(out)["route"] == ROUTES[event][0]
+    assert json.loads(out)["route"] == api.HOOK_ROUTES[event].path
 
 
 async def test_the_project_comes_from_the_hooks_cwd_without_claude_project_dir(
@@ -400,14 +399,11 @@ def test_revive_exits_at_once_for_a_project_not_installed(project: Path, home: P
     assert not discovery_file(home, project).exists()
 
 
-def test_the_hooks_routes_match_the_control_planes_and_finish_inside_the_hook_timeout() -> None:
-    assert {event: route for event, (route, _) in ROUTES.items()} == {
-        event: route for event, (route, _, _) in api.HOOK_ROUTES.items()
-    }
-    for event, (_, own_deadline_s) in ROUTES.items():
-        _, timeout_s, answered_by_ms = api.HOOK_ROUTES[event]
+def test_bir_hooks_own_deadline_sits_between_the_servers_and_the_hooks_for_every_event() -> None:
+    assert set(api.HOOK_ROUTES) == set(get_args(api.HookEvent))
+    for route in api.HOOK_ROUTES.values():
         # Longer than the server's own deadline (its overdue answer still arrives), shorter than the hook's.
-        assert answered_by_ms / 1000 < own_deadline_s < timeout_s
+        assert route.answered_by_ms / 1000 < route.client_s < route.timeout_s
 
 
 def test_help_is_for_a_person_and_names_the_events() -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from bir.core.paths import off_file
 from bir.hooks import api
-from bir.proxy.hook_tool import deadline_s, hook_input
+from bir.proxy.hook_tool import hook_input
 from tests.hooks.stub_session import StubSession
 from tests.proxy.test_scenario_server import bir_scenario, control_server, events, text_of
 
@@ -178,5 +178,5 @@ def test_empty_fields_are_absent_and_text_that_is_not_json_stays_text() -> None:
 
 def test_the_tool_waits_for_the_route_less_than_the_hook_timeout_install_writes() -> None:
     for event in api.MCP_HOOK_EVENTS:
-        _, host_timeout_s, server_ms = api.HOOK_ROUTES[event]
-        assert server_ms / 1000 < deadline_s(event) < host_timeout_s
+        route = api.HOOK_ROUTES[event]
+        assert route.answered_by_ms / 1000 < route.client_s < route.timeout_s

@@ -14,7 +14,7 @@ import pytest
 
 from bir.hooks.api import StepReport
 from bir.hooks.server.control import ControlServer
-from bir.proxy.control_client import ControlClient, ControlUnreachable, Endpoint
+from bir.proxy.control_client import ControlError, Endpoint, ProxyLink
 from bir.proxy.work_loop import Pace, WorkLoop, step_budget_ms
 
 pytestmark = pytest.mark.anyio
@@ -173,7 +173,7 @@ async def test_step_reports_reach_the_control_server_once_registered() -> None:
 async def test_the_client_registers_and_a_wrong_token_is_unreachable() -> None:
     async with _server(replay=True) as server:
         url = server.url or ""
-        client = ControlClient(_Endpoint(url, server.token), server_name="srv", proxy_id="p-2")
+        client = ProxyLink(_Endpoint(url, server.token), server_name="srv", proxy_id="p-2")
         try:
             registration = await client.register()
             assert registration.replay is True
@@ -181,9 +181,9 @@ async def test_the_client_registers_and_a_wrong_token_is_unreachable() -> None:
             await client.result("no-such-work", result={"content": []})  # ignored by the server, not an error
         finally:
             await client.aclose()
-        stranger = ControlClient(_Endpoint(url, "wrong"), server_name="srv", proxy_id="p-3")
+        stranger = ProxyLink(_Endpoint(url, "wrong"), server_name="srv", proxy_id="p-3")
         try:
-            with pytest.raises(ControlUnreachable, match="401"):
+            with pytest.raises(ControlError, match="401"):
                 await stranger.register()
         finally:
             await stranger.aclose()
@@ -191,7 +191,7 @@ async def test_the_client_registers_and_a_wrong_token_is_unreachable() -> None:
 
 async def test_a_report_too_large_for_the_server_goes_without_its_result() -> None:
     async with _server(replay=False) as server:
-        client = ControlClient(_Endpoint(server.url or "", server.token), server_name="srv", proxy_id="p-4")
+        client = ProxyLink(_Endpoint(server.url or "", server.token), server_name="srv", proxy_id="p-4")
         try:
             huge = {"content": [{"type": "text", "text": "x" * (9 * 1024 * 1024)}]}
             await client.step(

@@ -111,7 +111,7 @@ def test_a_project_without_bir_is_broken_and_told_to_install(project: Path, caps
 def hooks_ok() -> tuple[HookFact, ...]:
     return tuple(
         HookFact(event, 1, timeout, False, f"/bin/bir-hook {event}", True)
-        for event, (_, timeout, _) in api.HOOK_ROUTES.items()
+        for event, (_, timeout, _, _) in api.HOOK_ROUTES.items()
     )
 
 
