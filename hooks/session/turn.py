@@ -80,4 +80,3 @@ def retire(run: Turn, end: PlanEnd) -> bool:
     if run.plan is not None:
         run.plan.close()
     return True
-
