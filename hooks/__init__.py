@@ -1,1 +1,4 @@
-"""The control server that Claude Code hooks and the proxies call, and its work queue."""
+"""The control plane: its vocabulary (``api``, ``hook_routes``), its one client (``control_client``),
+discovery, ``bir-hook`` (``hook_client``) and ``bir-hooks`` (``daemon``), in rooms by role: ``server``
+(the transport), ``session`` (the live session), ``replay`` (``bir replay``), ``commands`` (the operator
+commands) and ``local`` (the local service)."""

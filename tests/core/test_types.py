@@ -7,13 +7,11 @@ import json
 import pytest
 
 from bir.core.types import PayloadError, parse_match, parse_qualified_name, parse_recorded_steps, parse_scenario
-from tests.paths import SHARED_FIXTURES
-
-FIXTURES = SHARED_FIXTURES
+from tests.paths import FIXTURES, SCENARIOS
 
 
 def _fixture(name: str) -> str:
-    return (FIXTURES / "scenarios" / name).read_text(encoding="utf-8")
+    return (SCENARIOS / name).read_text(encoding="utf-8")
 
 
 def test_the_fixture_scenarios_read_with_their_roles_and_ordered_steps() -> None:

@@ -24,12 +24,12 @@ from bir.hooks.replay.command import ReplayArgs, ReplayUsageError, run_replay
 from bir.hooks.replay.host import HostSessionError, ProxyHost, proxy_environment
 from bir.hooks.replay.report import ReplayReport, render_json
 from bir.hooks.server.control import ControlServer
-from tests.paths import REPO
+from tests.paths import REPO, SCENARIOS
 
 pytestmark = pytest.mark.anyio
 
 ROOT = REPO
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "scenarios"
+FIXTURES = SCENARIOS
 FLEET = f"{sys.executable} {ROOT / 'examples' / 'fleet_server.py'}"
 
 
