@@ -17,7 +17,7 @@ import httpx
 
 from bir.core.plan import StepNoAnswer, StepNotSent, StepRan, StepResult
 from bir.core.step_route import route_step
-from bir.core.tool_output import output_text
+from bir.core.tool_output import step_output_text
 from bir.core.types import ScenarioStep
 from bir.hooks import api
 from bir.hooks.control_client import ControlClient, ControlError
@@ -72,6 +72,6 @@ class DirectExecutor:
                 return StepNoAnswer("the control server's answer was not readable")
             return StepNoAnswer(f"the control server stopped answering: {exc}")
         if answer.ok:
-            return StepRan(output_text(answer.result))
+            return StepRan(step_output_text(step.tool_name, answer.result))
         why = answer.why or "no reason given"
         return StepNoAnswer(why) if answer.sent else StepNotSent(why)

@@ -29,7 +29,7 @@ from bir.core.log import log_event
 from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
 from bir.core.redact import redact_text
 from bir.core.service import ServiceClient, ServiceError
-from bir.core.tool_output import output_text
+from bir.core.tool_output import step_output_text
 from bir.core.transcript import ModelUsage, mark_transcript_usage, usage_since
 from bir.core.types import Matched, Scenario, parse_qualified_name
 from bir.hooks import api
@@ -525,7 +525,7 @@ class Controller:
         else:
             value = hook.tool_response if not failed else {"error": hook.error}
             error = hook.error if failed else None
-        output = output_text(value)
+        output = step_output_text(tool, value)
         took = None if duration_ms is None else round(duration_ms)
         tool_input = hook.tool_input
         if isinstance(tool_input, dict) and api.CALL_ID_KEY in tool_input:

@@ -12,7 +12,7 @@ from typing import Any
 
 from bir.core.plan import StepNoAnswer, StepNotSent, StepRan, StepResult
 from bir.core.step_route import route_step
-from bir.core.tool_output import output_text
+from bir.core.tool_output import step_output_text
 from bir.core.types import ScenarioStep
 from bir.hooks.server.work_queue import NotSentError, ProxyWorkQueue, StepTimeoutError, WorkQueueError
 
@@ -55,4 +55,4 @@ class SessionExecutor:
             return StepNoAnswer(str(exc)) if exc.taken else StepNotSent(str(exc))
         except WorkQueueError as exc:
             return StepNoAnswer(str(exc))
-        return StepRan(output_text(result))
+        return StepRan(step_output_text(step.tool_name, result))

@@ -44,7 +44,6 @@ class Pin:
     position: int
     tool_name: str
     reach: StepReach
-    last: bool
     host_done_at: float | None = None
     threaded: bool = False
     changed: asyncio.Event = field(default_factory=asyncio.Event)

@@ -30,7 +30,7 @@ from bir.core.pin_guard import pin_compatible
 from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
 from bir.core.service import ServiceClient
 from bir.core.source_run import SourceRun
-from bir.core.tool_output import output_text
+from bir.core.tool_output import step_output_text
 from bir.core.truncate import cut
 from bir.core.types import parse_qualified_name
 from bir.hooks import api
@@ -120,10 +120,12 @@ class SteerDriver:
             # Plan mode: nothing is pinned or approved (§14).
             return api.EMPTY_HOOK_ANSWER
         # Parallel tool calls reach this concurrently: one decides at a time, so two calls can never be
-        # pinned to the same step (the second sees the first's pin in flight).
+        # pinned to the same step (the second sees the first's pin in flight). A call beside any pin in
+        # flight, the last step's included, waits for it to thread or hands over: otherwise a second call
+        # would be approved for the same step, or a divergence would run that step again (§7).
         async with state.deciding:
             pin = state.in_flight
-            if pin is not None and not pin.last and not await self._wait_for_thread(pin, deadline):
+            if pin is not None and not await self._wait_for_thread(pin, deadline):
                 return self._concurrent(run, plan, pin)
             if run.phase not in LIVE or plan.stopped or plan.is_done():
                 return api.EMPTY_HOOK_ANSWER
@@ -186,7 +188,7 @@ class SteerDriver:
             )
             return api.EMPTY_HOOK_ANSWER
         state.declined = False
-        pin = Pin(tool_use_id, position, tool, reach_of(tool, self.wrapped), last=position == plan.step_count - 1)
+        pin = Pin(tool_use_id, position, tool, reach_of(tool, self.wrapped))
         state.pins[tool_use_id] = pin
         state.in_flight = pin
         log_event("replay.pinned", run_id=run.run_id, scenario_id=plan.scenario_id, step=position, tool=tool)
@@ -306,17 +308,17 @@ class SteerDriver:
                 self._end(run, plan, "handed_over")
                 return note
             if report is not None:
-                text = output_text(report.result)
+                text = step_output_text(pin.tool_name, report.result)
             else:
                 log_event(
                     "replay.thread_fallback",
                     run_id=run.run_id,
                     step=pin.position,
-                    why="no proxy report — threading the hook's view; shapes may differ",
+                    why="no proxy report — threading the hook's view, rebuilt into the same shape",
                 )
-                text = output_text(hook.tool_response or {})
+                text = step_output_text(pin.tool_name, hook.tool_response or {})
         else:
-            text = output_text(hook.tool_response or {})
+            text = step_output_text(pin.tool_name, hook.tool_response or {})
         try:
             await plan.apply_output(text)
         except PlanError as exc:

@@ -45,6 +45,13 @@ class Rig:
     http: httpx.AsyncClient
     logs: io.StringIO
     switches: dict[str, Any]
+    calls_log: Path
+
+    def fleet_calls(self) -> list[dict[str, Any]]:
+        """Every call the demo fleet server ran, in order (its ``FLEET_CALL_LOG``)."""
+        if not self.calls_log.exists():
+            return []
+        return [json.loads(line) for line in self.calls_log.read_text().splitlines() if line.strip()]
 
     async def hook(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = await self.http.post(path, json=body)
@@ -108,6 +115,7 @@ async def rig(tmp_path: Path, captured_logs: io.StringIO, monkeypatch: pytest.Mo
     async with running_fake_service() as fake:
         project = tmp_path / "project"
         project.mkdir()
+        calls = tmp_path / "fleet-calls.jsonl"
         async with (
             ServiceClient(fake.url, fake.token) as service,
             live_session(
@@ -122,7 +130,7 @@ async def rig(tmp_path: Path, captured_logs: io.StringIO, monkeypatch: pytest.Mo
                 "fleet",
                 f"{sys.executable} -m bir.examples.fleet_server",
                 project=project,
-                env=proxy_environment(Path(os.environ["BIR_HOME"])),
+                env={**proxy_environment(Path(os.environ["BIR_HOME"])), "FLEET_CALL_LOG": str(calls)},
             )
             try:
                 await host.start()
@@ -133,7 +141,7 @@ async def rig(tmp_path: Path, captured_logs: io.StringIO, monkeypatch: pytest.Mo
                     # A live bir-scenario with its tool: this process stands in for it.
                     hello = {"pid": os.getpid(), "version": "test", "tools": 1, "off": False}
                     assert (await http.post("/scenario/hello", json=hello)).status_code == 200
-                    yield Rig(fake, server, live.controller, http, captured_logs, switches)
+                    yield Rig(fake, server, live.controller, http, captured_logs, switches, calls)
             finally:
                 with anyio.CancelScope(shield=True):
                     await host.stop()

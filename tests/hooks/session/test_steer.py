@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from bir.examples.fleet_server import device_by_id, list_devices_in
 from bir.hooks import api
 from bir.hooks.api import CALL_ID_KEY
 from bir.hooks.session.steer import OWN_ARGUMENTS_NOTE
@@ -372,3 +373,54 @@ async def test_two_parallel_calls_of_the_expected_tool_are_never_pinned_to_the_s
     assert sorted(a.get("permissionDecision", "") for a in answers.values()) == ["allow", "deny"]
     assert len(rig.events("replay.pinned")) == 1
     assert rig.events("replay.concurrent_call")
+
+
+async def pinned_to_the_last_step(rig: Rig) -> dict[str, Any]:
+    """A steer plan (Read, list, get) pinned up to its last step, whose call is in flight; answers that
+    call's pinned arguments."""
+    steer_hit(rig.fake, read_first())
+    await prompt(rig)
+    assert decision(await pre(rig, "Read", READ, "t1"))["permissionDecision"] == "allow"
+    await post(rig, "Read", READ, "t1", READ_RESPONSE)
+    listed = decision(await pre(rig, LIST, {"region": "eu-west-1"}, "t2"))
+    assert listed["permissionDecision"] == "allow"
+    # The server is reached by the host here, not by bir: its answer comes back as the hook shows it.
+    devices = list_devices_in("eu-west-1", 200)
+    content = [{"type": "text", "text": json.dumps(devices)}]
+    await post(rig, LIST, listed["updatedInput"], "t2", content)
+    riskiest = max(devices, key=lambda d: d["risk"])["id"]
+    got = decision(await pre(rig, "mcp__fleet__get_device", {"id": riskiest}, "t3"))
+    assert got["permissionDecision"] == "allow"
+    assert [e["step"] for e in rig.events("replay.threaded")] == [0, 1]
+    pinned: dict[str, Any] = got["updatedInput"]
+    return pinned
+
+
+async def test_a_second_call_of_the_last_steps_tool_beside_its_pin_is_not_approved_again(rig: Rig) -> None:
+    pinned = await pinned_to_the_last_step(rig)
+    again = decision(await pre(rig, "mcp__fleet__get_device", {"id": pinned["id"]}, "t4"))
+    assert again.get("permissionDecision") != "allow"
+    assert len([e for e in rig.events("replay.pinned") if e["step"] == 2]) == 1
+    assert rig.events("replay.concurrent_call")
+    assert [c for c in rig.fleet_calls() if c["tool"] == "get_device"] == []
+
+
+async def test_another_tool_beside_the_last_steps_pin_runs_no_step_again(rig: Rig) -> None:
+    await pinned_to_the_last_step(rig)
+    answer = decision(await pre(rig, "Grep", {"pattern": "risk"}, "t4"))
+    assert answer["permissionDecision"] == "deny"
+    assert (
+        "Step 3 of 3 (mcp__fleet__get_device) was started and has not reported back"
+        in answer["permissionDecisionReason"]
+    )
+    assert rig.events("replay.diverged") == []
+    # bir ran nothing through the proxy: the only get_device call is the host's pinned one.
+    assert rig.fleet_calls() == []
+
+
+async def test_a_call_after_the_last_pin_threads_is_the_models_own(rig: Rig) -> None:
+    pinned = await pinned_to_the_last_step(rig)
+    record = device_by_id(pinned["id"])
+    await post(rig, "mcp__fleet__get_device", pinned, "t3", [{"type": "text", "text": json.dumps(record)}])
+    assert rig.events("replay.plan_done")
+    assert await pre(rig, "mcp__fleet__get_device", {"id": pinned["id"]}, "t4") == {}
