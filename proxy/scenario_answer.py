@@ -10,10 +10,11 @@ reasons back, as ``isError`` results.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from bir.core.truncate import cut_counted
+from bir.core.truncate import cut_counted, serialize_capped
 from bir.hooks import api
 
 RUN_SCENARIO_NAME: Final = api.RUN_SCENARIO_NAME
@@ -37,6 +38,8 @@ _ALREADY_RUNNING_PREFIXES: Final = ("this scenario is already running", "already
 # A safety bound: the control server shapes the bundle, this only keeps a broken one out of a session.
 MAX_ANSWER_CHARS: Final = 200_000
 MAX_REASON_CHARS: Final = 2_000
+MAX_RESPONSE_MODEL_CHARS: Final = 20_000
+RESPONSE_MODEL_LEAD: Final = "The scenario's response model (values it computed from these results for your answer):"
 
 Kind = Literal["ran", "note", "no_plan", "no_control_server", "off", "already_running", "unavailable"]
 
@@ -83,6 +86,16 @@ def unavailable(reason: str) -> Answer:
     return Answer("unavailable", NOT_AVAILABLE, reason)
 
 
+def with_response_model(text: str, model: Mapping[str, Any] | None) -> str:
+    """The results, then the response model the scenario computed from them (§6.3), within the answer's cap:
+    the model's part is bounded first, so the results keep the room."""
+    if not model:
+        return _bounded(text, MAX_ANSWER_CHARS)
+    shown = serialize_capped(model, MAX_RESPONSE_MODEL_CHARS)
+    tail = f"\n\n{RESPONSE_MODEL_LEAD}\n{shown}"
+    return _bounded(text, MAX_ANSWER_CHARS - len(tail)) + tail
+
+
 def answer_from_reply(status: int, body: bytes) -> Answer:
     """Map one ``POST /scenario/run`` reply (spec §16.1) to what the model reads."""
     if status != 200:
@@ -97,7 +110,7 @@ def answer_from_reply(status: int, body: bytes) -> Answer:
             return unavailable("/scenario/run answered ok without a text")
         partial = " (partial)" if reply.partial else ""
         steps = "?" if reply.steps is None else reply.steps
-        return Answer("ran", _bounded(text, MAX_ANSWER_CHARS), f"ran {steps} steps{partial}")
+        return Answer("ran", with_response_model(text, reply.response_model), f"ran {steps} steps{partial}")
     why = reply.why
     if not why:
         return unavailable("/scenario/run answered without a reason")

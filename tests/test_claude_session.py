@@ -30,6 +30,7 @@ from bir.benchmarks.serving import serve_in_thread
 from bir.core.paths import pid_alive
 from bir.examples.fleet_server import list_devices_in
 from bir.hooks.discovery import read_discovery
+from bir.proxy.scenario_answer import RESPONSE_MODEL_LEAD
 from tests.claude_host import ClaudeRun, claude_home, run_claude, write_project
 from tests.fakes.baseinsvc import Canned, FakeBaseIn
 from tests.paths import SCENARIOS
@@ -220,6 +221,9 @@ def test_a_direct_hit_runs_the_scenario_for_the_model_and_reports_steered_full(c
     text = second.tool_result_text("toolu_run")
     riskiest = max((d for d in case_devices(case) if d["name"].startswith("eu-west-1-")), key=lambda d: d["risk"])
     assert f'"id": "{riskiest["id"]}"' in text
+    # The response model the scenario computed reaches the model with the results (§6.3).
+    assert RESPONSE_MODEL_LEAD in text
+    assert json.loads(text.split(RESPONSE_MODEL_LEAD, 1)[1].split("<system-reminder>")[0])["region"] == "eu-west-1"
     assert [c["tool"] for c in case.fleet_calls()] == ["list_devices", "get_device"]
     assert case.fleet_calls()[1]["arguments"] == {"id": riskiest["id"]}
     wait_for(lambda: len(reports(case.fake)) == 1, 30, "one execution report")

@@ -601,13 +601,17 @@ class Controller:
             log_event("replay.run_cancelled", run_id=run.run_id, steps_run=plan.current_step_index)
             raise
         if bundle.stop is None:
+            model: dict[str, Any] | None = None
             try:
-                await plan.response_model()
+                model = await plan.response_model()
             except PlanError as exc:
                 log_event("replay.response_failed", run_id=run.run_id, error=exc.message)
             run.end = "completed"
             log_event("scenario.answered", run_id=run.run_id, steps=plan.step_count, partial=False)
-            return api.ScenarioRunAnswer(ok=True, text=bundle.text, steps=bundle.steps_run, partial=False)
+            # §6.3 / §16.1: the model reads the results and the response model the scenario computed from them.
+            return api.ScenarioRunAnswer(
+                ok=True, text=bundle.text, response_model=model, steps=bundle.steps_run, partial=False
+            )
         run.end = "out_of_time" if bundle.stop.kind == "out_of_time" else "handed_over"
         if bundle.steps_run == 0 and not bundle.tool_ran_at_stop:
             return api.ScenarioRunAnswer(ok=False, why=bundle.text, note=True)

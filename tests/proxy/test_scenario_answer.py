@@ -11,6 +11,7 @@ from bir.proxy.scenario_answer import (
     MAX_ANSWER_CHARS,
     NOT_AVAILABLE,
     NOTHING_TO_RUN,
+    RESPONSE_MODEL_LEAD,
     RUN_SCENARIO_DESCRIPTION,
     RUN_SCENARIO_INPUT_SCHEMA,
     Answer,
@@ -39,6 +40,26 @@ def test_a_successful_run_hands_over_the_bundle_text_unchanged() -> None:
     answer = reply({"ok": True, "text": text, "responseModel": {}, "steps": 2, "partial": True})
     assert answer.kind == "ran"
     assert answer.render(debug=False) == (text, False)
+
+
+def test_the_response_model_follows_the_results_in_what_the_model_reads() -> None:
+    model = {"region": "eu-west-1", "device": "dev-009", "checkedDevices": 12}
+    answer = reply(
+        {"ok": True, "text": "[BaseInstRunner calculated replay] results", "responseModel": model, "steps": 2}
+    )
+    text, is_error = answer.render(debug=False)
+    assert is_error is False
+    results, lead, shown = text.split("\n", 2)[0], RESPONSE_MODEL_LEAD, text.rsplit("\n", 1)[1]
+    assert results == "[BaseInstRunner calculated replay] results"
+    assert lead in text
+    assert json.loads(shown) == model
+
+
+def test_a_runaway_bundle_leaves_room_for_its_response_model() -> None:
+    answer = reply({"ok": True, "text": "x" * 500_000, "responseModel": {"device": "dev-009"}, "steps": 2})
+    text, _ = answer.render(debug=False)
+    assert len(text) <= MAX_ANSWER_CHARS
+    assert text.endswith('{"device":"dev-009"}')
 
 
 def test_no_plan_reads_nothing_to_run() -> None:

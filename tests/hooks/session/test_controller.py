@@ -36,6 +36,9 @@ async def test_a_direct_hit_arms_announces_runs_through_the_proxy_and_reports_st
     assert body["steps"] == 2
     assert "mcp__fleet__get_device" in body["text"]
     assert "openAlerts" in body["text"]
+    # §6.3: the response model the scenario computed comes back with the results.
+    assert body["responseModel"]["region"] == "eu-west-1"
+    assert body["responseModel"]["device"]["id"] in body["text"]
     again = (await rig.http.post("/scenario/run", json={"toolUseId": "toolu_1"})).json()
     assert again["ok"] is False
     await rig.hook("/tool/post", hook_input("PostToolUse", tool_name="mcp__bir__run_scenario", tool_use_id="toolu_1"))
