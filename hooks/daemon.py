@@ -20,8 +20,10 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from bir.core import config, installed
+from bir.core.delivery import sweep, tmp_dir
 from bir.core.log import log_event, log_to_file, logs_dir
 from bir.core.paths import project_key, server_lock
 from bir.core.service import ServiceClient
@@ -34,6 +36,18 @@ from bir.hooks.session.controller import Controller
 from bir.hooks.session.outbox import Outbox
 from bir.hooks.session.recorder import Recorder
 from bir.hooks.session.switches import SwitchReader, installed_proxies, read_switches
+
+# Bundle files (a diverging Bash's results, §8) live an hour; the server looks this often, so none
+# outlives it by more than this, whether or not another bundle is written.
+SWEEP_EVERY_S: Final = 300.0
+
+
+async def _sweep_bundles(every_s: float) -> None:
+    while True:
+        removed = sweep(tmp_dir(config.home()))
+        if removed:
+            log_event("control.swept", files=removed)
+        await asyncio.sleep(every_s)
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,7 @@ async def live_session(
     service: ServiceClient | None = None,
     switches: SwitchReader | None = None,
     port: int = 0,
+    sweep_every_s: float = SWEEP_EVERY_S,
 ) -> AsyncIterator[LiveSession]:
     """A control server for ``project`` with its live session, started on loopback ``port`` while the
     context is open; on the way out every open run is booked, the outbox flushes, the pool stops, and
@@ -89,6 +104,8 @@ async def live_session(
         await stack.enter_async_context(outbox.running())
         stack.push_async_callback(outbox.flush, 2.0)
         stack.push_async_callback(controller.close)
+        sweeper = asyncio.create_task(_sweep_bundles(sweep_every_s), name="bir-bundle-sweep")
+        stack.callback(sweeper.cancel)
         yield LiveSession(server, controller)
 
 

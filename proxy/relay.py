@@ -53,6 +53,7 @@ _RECEIVE_BYTES: Final = 256 * 1024
 TOOL_USE_ID_META: Final = "claudecode/toolUseId"
 # Requests whose _meta tells the session's protocol version (small ones: never a tools/call).
 _SESSION_METHODS: Final = frozenset({"initialize", "server/discover", "tools/list", "ping"})
+LIST_CHANGED: Final = b'{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}'
 _PROTOCOL_META_KEYS: Final = frozenset(
     {
         "io.modelcontextprotocol/protocolVersion",
@@ -140,6 +141,8 @@ class Relay:
         self._next_own = 0
         self._exit_message: str | None = None
         self._protocol_meta: dict[str, Any] = {}
+        # A tools/list the host got while no control server was known lacked the call id's declaration.
+        self._listed_without_call_id = False
         self.ready = anyio.Event()
         """Set once the host's session with the upstream is initialized: own requests may go."""
         self.upstream_gone = anyio.Event()
@@ -332,8 +335,12 @@ class Relay:
             # Past initialize, the host's notifications/initialized sets it; a modern session
             # (no handshake) is ready once anything succeeded.
             self.ready.set()
-        if entry.method == "tools/list" and not envelope.is_error and self._control_known():
-            line = rewrite.rewrite_tools_list_response(line) or line
+        if entry.method == "tools/list" and not envelope.is_error:
+            if self._control_known():
+                line = rewrite.rewrite_tools_list_response(line) or line
+                self._listed_without_call_id = False
+            else:
+                self._listed_without_call_id = True
         # The host gets its answer first; the step report (a decode of the whole result) comes after.
         await self._send_host(line)
         if entry.report:
@@ -342,6 +349,15 @@ class Relay:
                 self._finish_step(entry, None, str(error.get("message", "error")))
             else:
                 self._finish_step(entry, _decode_quietly(envelope.result), None)
+
+    async def control_found(self) -> None:
+        """A control server is known now: a host that listed the tools before it was asks again
+        (``notifications/tools/list_changed``, FACTS.md §4), so the call id a pin adds is declared."""
+        if not self._listed_without_call_id:
+            return
+        self._listed_without_call_id = False
+        log_event("proxy.tools_changed", server=self._server_name, why="a control server is known: the call id")
+        await self._send_host(LIST_CHANGED)
 
     def _settle_own(self, request_id: str, envelope: Envelope) -> None:
         own = self._own.get(request_id)

@@ -17,6 +17,7 @@ to ``/proxy/step`` through a small bounded queue; what does not fit, or finds no
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -36,7 +37,7 @@ from bir.proxy.control_client import (
     ProxyLink,
     discover,
 )
-from bir.proxy.relay import RequestTimedOut
+from bir.proxy.relay import HostGone, RequestTimedOut
 
 STEP_QUEUE: Final = 64
 _MAX_ERROR_CHARS: Final = 2000
@@ -61,6 +62,8 @@ class Requester(Protocol):
     def ready(self) -> anyio.Event: ...
 
     async def request(self, method: str, params: dict[str, Any], timeout_s: float) -> Any: ...
+
+    async def control_found(self) -> None: ...
 
 
 def step_budget_ms(timeout_ms: int) -> float:
@@ -142,6 +145,8 @@ class WorkLoop:
                     self._hold_ms = registration.poll_hold_ms
                     self._registered = True
                     log_event("proxy.registered", server=self.server_name, url=client.url, replay=registration.replay)
+                    with contextlib.suppress(HostGone):
+                        await self._requester.control_found()
                 started = time.monotonic()
                 self.polls += 1
                 answer = await client.poll(self._hold_ms)

@@ -29,6 +29,7 @@ from bir.core.log import log_event
 from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
 from bir.core.redact import redact_text
 from bir.core.service import ServiceClient, ServiceError
+from bir.core.tool_kinds import runs_shell, writes_file
 from bir.core.tool_output import step_output_text
 from bir.core.transcript import ModelUsage, mark_transcript_usage, usage_since
 from bir.core.types import Matched, Scenario, parse_qualified_name
@@ -371,7 +372,9 @@ class Controller:
                 reason = exc.message if isinstance(exc, PlanError) else "the parameters were not derived in time"
                 self._decline(run, matched, Decline("missing_target", reason))
                 return None
-        if verdict.mode == "steer":
+        if verdict.mode == "steer" and any(runs_shell(s.tool_name) or writes_file(s.tool_name) for s in plan.steps):
+            # §7: only a plan with a shell or file-write step waits for its arguments, so the directive
+            # can show them (the pin guard then matches the model's call to what was shown).
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(plan.preview_arguments(), PREVIEW_BUDGET_S)
             stop = plan.stop

@@ -166,6 +166,22 @@ class SteerDriver:
     ) -> api.HookAnswer:
         tool = hook.tool_name or ""
         position = plan.current_step_index
+        # §10: the first pin waits for the derivation at most min(BIR_DERIVE_BUDGET_MS, BIR_HOOK_DERIVE_BUDGET_MS);
+        # past it the plan hands over and its note takes the call's place.
+        limit_ms = min(config.require_int("BIR_DERIVE_BUDGET_MS"), config.require_int("BIR_HOOK_DERIVE_BUDGET_MS"))
+        limit_s = limit_ms / 1000
+        readying = asyncio.ensure_future(plan.ready())
+        # Past the wait it goes on in the background; its failure is met again at the plan's next use.
+        readying.add_done_callback(_quietly)
+        try:
+            await asyncio.wait_for(asyncio.shield(readying), limit_s)
+        except TimeoutError:
+            note = plan.hand_over("params_failed", f"the parameters were not derived within {limit_s:g} s")
+            log_event("replay.derive_slow", run_id=run.run_id, scenario_id=plan.scenario_id, within_ms=limit_ms)
+            self._end(run, plan, "handed_over")
+            return deny(note)
+        except (PlanError, PlanStateError):
+            pass  # met again, with its note, just below
         try:
             pinned = await plan.tool_input_for_current_step()
         except PlanError as exc:
@@ -337,6 +353,11 @@ class SteerDriver:
     def _end(self, run: Run, plan: ScenarioReplayPlan, end: PlanEnd) -> None:
         """Retire the plan once, booking how it ended."""
         retire(run, end)
+
+
+def _quietly(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def mint_call_id() -> str:

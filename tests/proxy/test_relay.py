@@ -333,3 +333,32 @@ async def test_own_requests_carry_the_protocol_meta_of_a_modern_host_session() -
             sent = await h.at_upstream.message()
             assert sent["params"]["_meta"] == meta
             await h.from_upstream({"jsonrpc": "2.0", "id": sent["id"], "result": {}})
+
+
+TOOLS = {"jsonrpc": "2.0", "id": 3, "result": {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}}
+
+
+async def test_a_host_that_listed_tools_before_a_control_server_was_known_is_told_to_list_again() -> None:
+    async with _relay() as h:
+        await h.from_host({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+        await h.at_upstream.line()
+        await h.from_upstream(TOOLS)
+        listed = await h.at_host.message()
+        assert "__bir_call_id__" not in json.dumps(listed)
+        h.known[0] = True
+        await h.relay.control_found()
+        assert await h.at_host.message() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+        # Listed again, the tools now declare the call id; a second registration says nothing more.
+        await h.from_host({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+        await h.at_upstream.line()
+        await h.from_upstream(TOOLS)
+        assert "__bir_call_id__" in json.dumps(await h.at_host.message())
+        await h.relay.control_found()
+        assert h.at_host.nothing_buffered()
+
+
+async def test_a_host_that_never_listed_tools_is_not_told_anything_when_a_control_server_appears() -> None:
+    async with _relay() as h:
+        h.known[0] = True
+        await h.relay.control_found()
+        assert h.at_host.nothing_buffered()

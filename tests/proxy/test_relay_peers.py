@@ -402,3 +402,18 @@ async def test_a_step_past_its_budget_is_cancelled_upstream_before_the_control_s
                     return bool(own) and own[0] in cancels
 
                 await _until(cancelled)
+
+
+async def test_a_proxy_that_finds_a_control_server_after_the_host_listed_its_tools_says_they_changed(
+    everything: list[str], tmp_path: Path
+) -> None:
+    async with _raw_proxy(everything, "--server-name", "everything", "--project", str(tmp_path)) as wire:
+        await wire.initialize()
+        await wire.send({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        listed = await wire.answer(1)
+        assert CALL_ID_KEY not in json.dumps(listed)
+        async with _control(tmp_path) as control:
+            await _until(lambda: control.queue.is_served("everything"))
+            await _until(lambda: any(m.get("method") == "notifications/tools/list_changed" for m in wire.messages))
+            await wire.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+            assert CALL_ID_KEY in json.dumps(await wire.answer(2))

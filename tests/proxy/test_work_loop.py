@@ -35,6 +35,9 @@ class _NoUpstream:
     async def request(self, method: str, params: dict[str, Any], timeout_s: float) -> Any:
         raise AssertionError("no work was expected")
 
+    async def control_found(self) -> None:
+        self.found = getattr(self, "found", 0) + 1
+
 
 class _Sleeps:
     """Records the loop's pauses; after ``stop_after`` of them the loop is left parked."""

@@ -424,3 +424,42 @@ async def test_a_call_after_the_last_pin_threads_is_the_models_own(rig: Rig) -> 
     await post(rig, "mcp__fleet__get_device", pinned, "t3", [{"type": "text", "text": json.dumps(record)}])
     assert rig.events("replay.plan_done")
     assert await pre(rig, "mcp__fleet__get_device", {"id": pinned["id"]}, "t4") == {}
+
+
+def settings_only(data: dict[str, Any]) -> dict[str, Any]:
+    """The scenario with every parameter a setting: nothing is derived before its directive goes out."""
+    data = copy.deepcopy(data)
+    for spec in data["paramsObject"].values():
+        spec["role"] = "setting"
+    return data
+
+
+async def test_a_plan_with_no_shell_or_file_write_step_does_not_wait_for_its_arguments(rig: Rig) -> None:
+    steer_hit(rig.fake, settings_only(read_first()))
+    rig.fake.route_latency_s["derive"] = 2.0
+    context = await prompt(rig)
+    # The directive went out before the derivation answered: the step's argument is not in it.
+    assert "Call exactly these tools, in order, one at a time" in context
+    assert THRESHOLDS not in context
+
+
+async def test_a_plan_with_a_shell_step_waits_briefly_so_its_directive_shows_the_arguments(rig: Rig) -> None:
+    steer_hit(rig.fake, settings_only(scenario("fleet-mixed")))
+    rig.fake.route_latency_s["derive"] = 0.3
+    context = await prompt(rig)
+    assert "command: git log -1 --format=%s" in context
+    assert 'arguments: {"region":"eu-west-1"}' in context
+
+
+async def test_the_first_pin_waits_for_a_slow_derivation_only_its_budget_then_hands_over(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BIR_HOOK_DERIVE_BUDGET_MS", "500")
+    steer_hit(rig.fake, settings_only(read_first()))
+    rig.fake.route_latency_s["derive"] = 5.0
+    await prompt(rig)
+    answer = decision(await pre(rig, "Read", READ, "t1"))
+    assert answer["permissionDecision"] == "deny"
+    assert "could not compute its parameters for this request" in answer["permissionDecisionReason"]
+    assert rig.events("replay.derive_slow")
+    assert rig.events("replay.pinned") == []
