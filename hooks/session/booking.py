@@ -1,7 +1,7 @@
 """What a sealed run books (spec §11): its recording's finish and its execution report, decided purely
-from the run's state and the transcript usage since its mark.
+from the run's state and the transcript usage since its mark (``book``), and queued once (``settle``).
 
-The controller reads the transcript and queues what this decides; nothing here touches the network.
+``settle`` reads the transcript and queues what ``book`` decides; nothing here touches the network.
 """
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from bir.core.log import log_event
 from bir.core.outcome import OutcomeDecision, RunFacts, StepLedger, decide_outcome, steps_pinned
 from bir.core.pricing import PRICING_VERSION
 from bir.core.redact import redact_text
 from bir.core.report import build_report
-from bir.core.transcript import ModelUsage, session_cost_usd
+from bir.core.transcript import ModelUsage, session_cost_usd, usage_since
 from bir.core.truncate import cut
+from bir.hooks.session.ports import ExecutionReports, RunRecorder
 from bir.hooks.session.state import Run
+from bir.hooks.session.turn import advance
 
 MAX_ANSWER_CHARS: Final = 20_000
 # Runs that armed no plan report an empty step list.
@@ -118,3 +121,34 @@ def draft(run: Run, ticket: str, *, armed: bool) -> dict[str, Any]:
     )
     # A costless decline is not worth sending (202 rule); the draft still claims the ticket's slot.
     return dict(body) if body is not None else {"ticket": ticket, "outcome": "not_steered"}
+
+
+def settle(run: Run, *, recorder: RunRecorder, reports: ExecutionReports, now: float) -> None:
+    """Book the run once: its recording's finish and its execution report (both queued)."""
+    if not advance(run, "booked"):
+        return
+    usages = usage_since(run.transcript_path, run.mark) if run.mark is not None else []
+    booking = book(run, usages, run.sealed_at or now)
+    finish, report = booking.finish, booking.report
+    if finish is not None:
+        recorder.finish(
+            run.run_id,
+            finish.output,
+            duration_ms=finish.duration_ms,
+            usage=finish.usage,
+            cost_usd=finish.cost_usd,
+            measured=finish.measured,
+            pricing_version=finish.pricing_version,
+        )
+    if report is None:
+        return
+    log_event(
+        "replay.reported",
+        run_id=run.run_id,
+        scenario_id=report.scenario_id,
+        outcome=report.decision.outcome,
+        measured=report.decision.measured,
+        session_cost_usd=report.session_cost_usd,
+        sent=report.body is not None,
+    )
+    reports.finalize_report(report.ticket, report.body, scenario_id=report.scenario_id)

@@ -17,32 +17,32 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Final, Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Final
 
 from bir.core import config
-from bir.core.bundle import MAX_REPLAY_REASON
 from bir.core.coverage import ReplayMode
 from bir.core.derive import Derivation, derive_parameters, resolve_api_key
 from bir.core.housekeeping import is_housekeeping
 from bir.core.log import log_event
-from bir.core.plan import TAG, PlanError, PlanStateError, ScenarioReplayPlan
+from bir.core.plan import PlanError, PlanStateError, ScenarioReplayPlan
 from bir.core.redact import redact_text
 from bir.core.service import ServiceClient, ServiceError
 from bir.core.tool_kinds import runs_shell, writes_file
-from bir.core.tool_output import step_output_text
-from bir.core.transcript import ModelUsage, mark_transcript_usage, usage_since
+from bir.core.transcript import mark_transcript_usage
 from bir.core.types import Matched, Scenario, parse_qualified_name
 from bir.hooks import api
 from bir.hooks.server.routes import ReceivedStep
 from bir.hooks.server.work_queue import ProxyWorkQueue
 from bir.hooks.session.arming import Armable, DecisionCode, Decline, ladder
-from bir.hooks.session.booking import book, draft
-from bir.hooks.session.executor import SessionExecutor
+from bir.hooks.session.booking import draft, settle
+from bir.hooks.session.calls import CallRecording
+from bir.hooks.session.direct_run import NOT_RUN_NOTE, DirectRunner
 from bir.hooks.session.match_gate import MatchGate, ServiceHealth
+from bir.hooks.session.ports import ExecutionReports, RunRecorder
 from bir.hooks.session.proxy_reports import ProxyReports
 from bir.hooks.session.state import PendingCall, Run, Session, SessionTable, SteerState
-from bir.hooks.session.steer import PROXY_REPORT_GRACE_S, RUN_SCENARIO_TOOL, SteerDriver, context
+from bir.hooks.session.steer import RUN_SCENARIO_TOOL, SteerDriver, context
 from bir.hooks.session.switches import Switches, SwitchReader
 from bir.hooks.session.turn import ENDED, LIVE, advance, retire
 
@@ -55,13 +55,7 @@ PREVIEW_BUDGET_S: Final = 1.2
 # How long a prompt waits for the proxies bir installed and for bir-scenario's first hello to register
 # before the plan's mode is decided (a session's first prompt can beat its MCP servers).
 SETTLE_WAIT_S: Final = 2.5
-# A direct run stays under this, so it answers before bir-scenario gives up (§10).
-DIRECT_CEILING_S: Final = 270.0
 
-NOT_RUN_NOTE: Final = (
-    f"{TAG} The prepared scenario for this request is not being run. Do the task yourself with your tools; "
-    "do not call mcp__bir__run_scenario."
-)
 # Why a hit was declined without the prompt waiting on it (§4, §14).
 DID_NOT_WAIT: Final[Mapping[DecisionCode, str]] = {
     "replay_off": "replay is off for this project: no prompt waits on the match",
@@ -69,49 +63,6 @@ DID_NOT_WAIT: Final[Mapping[DecisionCode, str]] = {
     "match_slow": "the match gate holds prompts off a slow service: the prompt did not wait on the match",
     "match_late": "the match landed after the prompt's budget: it never steers",
 }
-ALREADY_RUNNING: Final = (
-    "this scenario is already running for this turn — its results come back to the earlier run_scenario call"
-)
-
-
-class RunRecorder(Protocol):
-    """Records a missed turn's steps and its finish (``bir.hooks.session.recorder.Recorder``; never blocks)."""
-
-    def start(self, run_id: str) -> None: ...
-
-    def step(
-        self,
-        run_id: str,
-        step_index: int | None,
-        tool_name: str,
-        tool_input: object,
-        *,
-        tool_output: object,
-        error: str | None = None,
-        duration_ms: int | None = None,
-    ) -> int | None: ...
-
-    def finish(
-        self,
-        run_id: str,
-        output: str | None,
-        *,
-        duration_ms: int,
-        usage: Sequence[ModelUsage],
-        cost_usd: float,
-        measured: bool,
-        pricing_version: str,
-    ) -> bool: ...
-
-
-class ExecutionReports(Protocol):
-    """Execution reports, one per matched ticket, settled exactly once (``bir.hooks.session.outbox.Outbox``)."""
-
-    def draft_report(self, ticket: str, scenario_id: str, body: Mapping[str, Any]) -> bool: ...
-
-    def finalize_report(
-        self, ticket: str, body: Mapping[str, Any] | None, *, scenario_id: str | None = None
-    ) -> bool: ...
 
 
 Evaluator = Any  # the EvaluatorPool (kept abstract: the controller only hands it to the plan)
@@ -157,6 +108,9 @@ class Controller:
         self._clock = clock
         self.reports_of_proxies = ProxyReports(queue.bind)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.direct = DirectRunner(
+            queue=queue, sessions=self.sessions, allow=lambda: self.switches().allow, clock=clock
+        )
         self.steer = SteerDriver(
             queue=queue,
             wrapped=wrapped,
@@ -164,6 +118,12 @@ class Controller:
             allow_servers=lambda: self.switches().allow,
             proxy_report=self.reports_of_proxies.wait,
             clock=clock,
+        )
+        self.calls = CallRecording(
+            wrapped=wrapped,
+            proxy_reports=self.reports_of_proxies,
+            recorder=recorder,
+            with_call_id=self.steer.with_call_id,
         )
 
     def switches(self) -> Switches:
@@ -454,7 +414,7 @@ class Controller:
         if plan is not None and plan.mode == "steer":
             return await self.steer.pre(run, hook, deadline)
         if plan is None:
-            return self._correlate(run, hook)
+            return self.calls.correlate(run, hook)
         if plan.mode != "direct" or run.phase not in LIVE:
             return api.EMPTY_HOOK_ANSWER
         if tool == RUN_SCENARIO_TOOL:
@@ -488,7 +448,7 @@ class Controller:
             duration = hook.duration_ms if hook.duration_ms is not None else None
             if duration is None and call is not None:
                 duration = (self._clock() - call.started) * 1000
-            self._spawn(run, self._record_step(run, tool, hook, failed, duration))
+            self._spawn(run, self.calls.record(run, tool, hook, failed, duration))
         event = hook.hook_event_name or "PostToolUse"
         plan = run.plan
         if (
@@ -512,55 +472,6 @@ class Controller:
             return context(event, note)
         return api.EMPTY_HOOK_ANSWER
 
-    async def _record_step(
-        self, run: Run, tool: str, hook: api.HookInput, failed: bool, duration_ms: float | None
-    ) -> None:
-        tool_use_id = hook.tool_use_id or ""
-        report: api.StepReport | None = None
-        parsed = parse_qualified_name(tool)
-        if parsed is not None and parsed[0] in self.wrapped:
-            report = await self.reports_of_proxies.wait(tool_use_id, PROXY_REPORT_GRACE_S)
-            if report is None:
-                log_event("replay.thread_fallback", tool=tool, why="no proxy report — recording the hook's view")
-        if report is not None:
-            value: object = report.result if report.error is None else {"error": report.error}
-            error = report.error
-        else:
-            value = hook.tool_response if not failed else {"error": hook.error}
-            error = hook.error if failed else None
-        output = step_output_text(tool, value)
-        took = None if duration_ms is None else round(duration_ms)
-        tool_input = hook.tool_input
-        if isinstance(tool_input, dict) and api.CALL_ID_KEY in tool_input:
-            # The call id is bir's, stripped before the upstream saw the call: the recording holds what ran.
-            tool_input = {k: v for k, v in tool_input.items() if k != api.CALL_ID_KEY}
-        self.recorder.step(run.run_id, None, tool, tool_input, tool_output=output, error=error, duration_ms=took)
-
-    def _correlate(self, run: Run, hook: api.HookInput) -> api.HookAnswer:
-        """§7.1: an ordinary wrapped MCP call carries a call id only where answering changes nothing the
-        user is asked (``bypassPermissions``) or the operator opted in (``BIR_CORRELATION_DECISION``),
-        never in plan mode, and only into a server whose live proxy strips it."""
-        tool, tool_use_id = hook.tool_name, hook.tool_use_id
-        if tool is None or tool_use_id is None or not isinstance(hook.tool_input, dict):
-            return api.EMPTY_HOOK_ANSWER
-        mode = hook.permission_mode or run.permission_mode
-        choice = config.get_str("BIR_CORRELATION_DECISION") or "none"
-        decision = "allow" if mode == "bypassPermissions" else choice
-        if mode == "plan" or decision not in ("allow", "ask") or api.CALL_ID_KEY in hook.tool_input:
-            return api.EMPTY_HOOK_ANSWER
-        updated = self.steer.with_call_id(tool, hook.tool_input)
-        call_id = updated.get(api.CALL_ID_KEY)
-        if not isinstance(call_id, str):
-            return api.EMPTY_HOOK_ANSWER
-        self.reports_of_proxies.note_call_id(call_id, tool_use_id)
-        return api.HookAnswer(
-            hook_specific_output=api.HookSpecificOutput(
-                hook_event_name="PreToolUse",
-                permission_decision="allow" if decision == "allow" else "ask",
-                updated_input=updated,
-            )
-        )
-
     # -- proxies ----------------------------------------------------------------------------------
 
     async def on_step(self, received: ReceivedStep) -> None:
@@ -569,72 +480,10 @@ class Controller:
 
     # -- run_scenario (§6.3) ----------------------------------------------------------------------
 
-    async def run_scenario(self, request: api.ScenarioRunRequest) -> api.ScenarioRunAnswer:
-        run = self._run_for(request)
-        if run is None or run.plan is None:
-            return api.ScenarioRunAnswer(ok=False, why=api.NO_PLAN)
-        if not advance(run, "started"):
-            return api.ScenarioRunAnswer(ok=False, why=ALREADY_RUNNING)
-        plan = run.plan
-        budget_s = (config.get_float("BIR_REPLAY_BUDGET_MS") or config.require_int("BIR_REPLAY_PLAN_BUDGET_MS")) / 1000
-        derive_s = config.require_int("BIR_DERIVE_BUDGET_MS") / 1000
-        if derive_s + budget_s > DIRECT_CEILING_S:
-            derive_s = min(derive_s, 60.0)
-            budget_s = max(1.0, DIRECT_CEILING_S - derive_s)
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(plan.ready(), derive_s)
-        except PlanError as exc:
-            run.end = "handed_over"
-            return api.ScenarioRunAnswer(ok=False, why=exc.note or NOT_RUN_NOTE, note=True)
-        executor = SessionExecutor(
-            self.queue,
-            session_id=run.session_id,
-            step_timeout_s=config.require_int("BIR_STEP_TIMEOUT_MS") / 1000,
-            allow=self.switches().allow,
-            deadline=self._clock() + budget_s,
-        )
-        try:
-            bundle = await plan.compose_bundle(MAX_REPLAY_REASON, executor, deadline=self._clock() + budget_s)
-        except asyncio.CancelledError:
-            run.end = "cancelled"
-            session = self.sessions.get(run.session_id)
-            if session is not None and plan.note:
-                session.pending_note = plan.note
-            log_event("replay.run_cancelled", run_id=run.run_id, steps_run=plan.current_step_index)
-            raise
-        if bundle.stop is None:
-            model: dict[str, Any] | None = None
-            try:
-                model = await plan.response_model()
-            except PlanError as exc:
-                log_event("replay.response_failed", run_id=run.run_id, error=exc.message)
-            run.end = "completed"
-            log_event("scenario.answered", run_id=run.run_id, steps=plan.step_count, partial=False)
-            # §6.3 / §16.1: the model reads the results and the response model the scenario computed from them.
-            return api.ScenarioRunAnswer(
-                ok=True, text=bundle.text, response_model=model, steps=bundle.steps_run, partial=False
-            )
-        run.end = "out_of_time" if bundle.stop.kind == "out_of_time" else "handed_over"
-        if bundle.steps_run == 0 and not bundle.tool_ran_at_stop:
-            return api.ScenarioRunAnswer(ok=False, why=bundle.text, note=True)
-        return api.ScenarioRunAnswer(ok=True, text=bundle.text, steps=bundle.steps_run, partial=True)
+    # -- run_scenario (§6.3) ----------------------------------------------------------------------
 
-    def _run_for(self, request: api.ScenarioRunRequest) -> Run | None:
-        waiting = [
-            session.run
-            for session in self.sessions
-            if session.run is not None
-            and session.run.plan is not None
-            and session.run.bound_tool_use_id is not None
-            and session.run.phase in LIVE
-        ]
-        if request.tool_use_id is not None:
-            return next((run for run in waiting if run.bound_tool_use_id == request.tool_use_id), None)
-        if len(waiting) > 1:
-            log_event("replay.run_ambiguous", sessions=[run.session_id for run in waiting])
-            return None
-        return waiting[0] if waiting else None
+    async def run_scenario(self, request: api.ScenarioRunRequest) -> api.ScenarioRunAnswer:
+        return await self.direct.run(request)
 
     # -- sealing and reporting --------------------------------------------------------------------
 
@@ -674,34 +523,7 @@ class Controller:
         self._finalize(run)
 
     def _finalize(self, run: Run) -> None:
-        """Book the run once: its recording's finish and its execution report (both queued)."""
-        if not advance(run, "booked"):
-            return
-        usages = usage_since(run.transcript_path, run.mark) if run.mark is not None else []
-        booking = book(run, usages, run.sealed_at or self._clock())
-        finish, report = booking.finish, booking.report
-        if finish is not None:
-            self.recorder.finish(
-                run.run_id,
-                finish.output,
-                duration_ms=finish.duration_ms,
-                usage=finish.usage,
-                cost_usd=finish.cost_usd,
-                measured=finish.measured,
-                pricing_version=finish.pricing_version,
-            )
-        if report is None:
-            return
-        log_event(
-            "replay.reported",
-            run_id=run.run_id,
-            scenario_id=report.scenario_id,
-            outcome=report.decision.outcome,
-            measured=report.decision.measured,
-            session_cost_usd=report.session_cost_usd,
-            sent=report.body is not None,
-        )
-        self.reports.finalize_report(report.ticket, report.body, scenario_id=report.scenario_id)
+        settle(run, recorder=self.recorder, reports=self.reports, now=self._clock())
 
     # -- decisions ----------------------------------------------------------------------------------
 
