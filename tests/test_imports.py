@@ -36,9 +36,14 @@ ROOMS_FORBIDDEN: dict[str, frozenset[str]] = {
     "hooks.local": frozenset(
         {"hooks.server", "hooks.session", "hooks.replay", "hooks.commands", "hooks.daemon", "hooks.hook_client"}
     ),
-    "hooks.api": frozenset({"hooks"}),
-    "hooks.discovery": frozenset({"hooks"}),
-    "hooks.hook_client": frozenset({"hooks"}),
+}
+# The contract, discovery, the stdlib hook-routes table and bir-hook stand alone: each may import of hooks
+# only what is listed here (everything else in hooks builds on them, never the other way round).
+STANDALONE: dict[str, frozenset[str]] = {
+    "hooks.api": frozenset({"hooks.hook_routes"}),
+    "hooks.discovery": frozenset(),
+    "hooks.hook_routes": frozenset(),
+    "hooks.hook_client": frozenset({"hooks.hook_routes"}),
 }
 # Nothing in hooks imports the commands but the commands themselves.
 COMMANDS = "hooks.commands"
@@ -189,7 +194,11 @@ def test_the_rooms_rule_sees_the_server_reaching_the_session_and_anything_reachi
     (tmp_path / "hooks" / "session" / "steer.py").write_text("from bir.hooks.commands import install\n")
     (tmp_path / "hooks" / "replay" / "command.py").write_text("from bir.hooks.session.state import Run\n")
     (tmp_path / "hooks" / "commands" / "doctor.py").write_text("from bir.hooks.session import state\n")
+    (tmp_path / "hooks" / "api.py").write_text(
+        "from bir.hooks import hook_routes\nfrom bir.hooks.server import routes\n"
+    )
     assert _violations(tmp_path) == [
+        "hooks/api.py imports bir.hooks.server.routes",
         "hooks/replay/command.py imports bir.hooks.session.state.Run",
         "hooks/server/control.py imports bir.hooks.session.controller.Controller",
         "hooks/session/steer.py imports bir.hooks.commands.install",
