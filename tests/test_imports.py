@@ -101,6 +101,10 @@ def _violations(root: Path = REPO) -> list[str]:
                 if not any(_within(target, rule) for rule in ALLOWED[layer]):
                     bad.append(where)
                 continue
+            if module in STANDALONE:
+                if not _within(target, module) and not any(_within(target, ok) for ok in STANDALONE[module]):
+                    bad.append(where)
+                continue
             room = next((r for r in ROOMS_FORBIDDEN if _within(module, r)), None)
             if (
                 room is not None
