@@ -1,1 +1,63 @@
-"""The local service: record, calculate, match, derive and book on the user's own machine (issue 18)."""
+"""The local service: record, calculate, match, derive and book on the user's own machine (issue 18).
+
+It implements the service's routes (``service-contract.md`` and the §16.5 scenario routes) over a
+SQLite store under ``<BIR_HOME>/local/``, and the runner reaches it in process: the existing
+``ServiceClient`` over ``httpx.ASGITransport`` with the base URL ``LOCAL_URL``, so nothing above the
+client changes::
+
+    async with open_local_service(home, project=project_dir) as local:
+        async with ServiceClient(local.base_url, "local", transport=local.transport) as service:
+            ...
+
+Imports are lazy: ``bir.hooks.local`` itself loads neither SQLite nor the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    import httpx
+
+    from bir.hooks.local.runtime import LocalService
+
+LOCAL_URL: Final = "http://local.bir"
+
+
+@dataclass(frozen=True)
+class Local:
+    """An open local service: the transport and base URL a ``ServiceClient`` is built on, and the service."""
+
+    service: LocalService
+    transport: httpx.AsyncBaseTransport
+    base_url: str = LOCAL_URL
+
+
+@contextlib.asynccontextmanager
+async def open_local_service(
+    home: Path | None = None,
+    *,
+    project: str | os.PathLike[str] | None = None,
+    pool: Any | None = None,
+) -> AsyncIterator[Local]:
+    """The local service over the store under ``home`` (``BIR_HOME``), for the block's duration.
+
+    ``project`` is the project whose runs this control server records and matches (rows carry it);
+    ``pool`` an evaluator pool to run self-checks in (else the service starts a one-worker pool when it
+    first needs one).
+
+    Raises:
+        StoreError: the store file is not a bir store, is corrupt, or cannot be opened.
+    """
+    import httpx
+
+    from bir.hooks.local.app import build_app
+    from bir.hooks.local.runtime import opened
+
+    async with opened(home, project=project, pool=pool) as service:
+        yield Local(service, httpx.ASGITransport(app=build_app(service)))
