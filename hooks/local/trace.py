@@ -157,10 +157,15 @@ class OutputIndex:
     kept: bool
     by_value: dict[tuple[str, Any], list[Occurrence]] = field(default_factory=dict)
     strings: list[str] = field(default_factory=list)
+    echoed: set[tuple[str, Any]] = field(default_factory=set)
 
     @classmethod
     def of(cls, step: Recorded, kept: bool) -> OutputIndex:
         index = cls(step, kept)
+        for occ in _walk(step.input, (), 0, [MAX_LEAVES_PER_OUTPUT]):
+            key = _value_key(occ.value)
+            if key is not None:
+                index.echoed.add(key)
         budget = [MAX_LEAVES_PER_OUTPUT]
         for occ in _walk(parse_output(step.tool, step.output), (), 0, budget):
             key = _value_key(occ.value)
@@ -464,7 +469,8 @@ class Tracer:
         problem: Untraceable | None = None
         for index in reversed(self.outputs[:before]):
             found = index.by_value.get(vkey)
-            if not found or _is_category(found):
+            if not found or _is_category(found) or vkey in index.echoed:
+                # An output that repeats its own step's argument explains nothing: that is the same constant.
                 continue
             if not index.kept:
                 problem = problem or Untraceable(
@@ -511,6 +517,9 @@ class Tracer:
             if len(word) < MIN_PROMPT_VALUE_CHARS or word.lower() in programs or lexicon.is_action_word(word):
                 continue
             if word.lower() in lexicon.STOPWORDS or word not in text or any(c[0] == word for c in candidates):
+                continue
+            if not any(c.isdigit() or c in _JOINERS + "_" for c in word):
+                # A plain word inside a longer string is too often a coincidence ("script" in "</script>").
                 continue
             if _bounded_pattern(word).search(self.prompt):
                 candidates.append((word, word))
@@ -583,6 +592,9 @@ class Tracer:
             if isinstance(value, list):
                 return Arr(tuple(self._trace(v, (*path, str(i)), before, programs) for i, v in enumerate(value)))
             key = next((p for p in reversed(path) if not p.isdigit()), "value")
+            if path == ("description",):
+                # A command's description is the model's note on the call, not an argument of the task.
+                return Const(value)
             if isinstance(value, str):
                 return self._string(value, key, before, programs)
             if isinstance(value, int | float) and not isinstance(value, bool):
@@ -605,7 +617,30 @@ class Tracer:
         template = self._template(value, before, programs)
         if template is not None:
             return template
+        self._refuse_transformed(value)
         return Const(value)
+
+    def _refuse_transformed(self, value: str) -> None:
+        """A one-word constant that is a prompt word changed (``us-east`` → ``us-east-1``) is a transformation
+        one recording cannot show; made a constant, it would run the old value for a new prompt."""
+        if len(value) < 4 or not re.fullmatch(r"[\w.-]+", value):
+            # Only an identifier-like value (a region, a key) can be a prompt word in another form.
+            return
+        folded = value.casefold()
+        said = [w.strip(".,;:!?\"'()[]{}").casefold() for w in self.prompt.split()]
+        phrases = set(said) | {a + j + b for a, b in zip(said, said[1:], strict=False) for j in ("-", "_", "")}
+        if folded in phrases:
+            # The prompt's own words, joined: the same value, not a transformation of it.
+            return
+        for word in phrases:
+            if len(word) < 4 or word == folded or word in lexicon.STOPWORDS or lexicon.verb_class(word):
+                continue
+            shorter, longer = sorted((word, folded), key=len)
+            if shorter in longer and len(shorter) >= 0.5 * len(longer):
+                raise Untraceable(
+                    f"it holds {value!r}, which looks like the prompt's {word!r} transformed; one recording cannot "
+                    "show the transformation (a second run, or a model pass, could)"
+                )
 
     def _number(self, value: float, key: str, before: int) -> Expr:
         ref = self._prompt_param(value, key, set())
