@@ -250,15 +250,18 @@ def intent_of(prompt: str, params: Sequence[Param]) -> str:
 def template_of(prompt: str, params: Sequence[Param]) -> dict[str, Any]:
     """The prompt template the matcher aligns new prompts with: the text and its parameter spans."""
     slots = [
-        {"start": s, "end": e, "param": p.name, "kind": p.kind, "case": p.case}
-        for p in params
-        for s, e in p.spans
+        {"start": s, "end": e, "param": p.name, "kind": p.kind, "case": p.case} for p in params for s, e in p.spans
     ]
     return {"text": prompt, "slots": sorted(slots, key=lambda x: x["start"])}
 
 
 def serialized(
-    scenario_id: str, draft: Draft, *, state: str, reason: Mapping[str, Any] | None, samples: Sequence[Mapping[str, Any]]
+    scenario_id: str,
+    draft: Draft,
+    *,
+    state: str,
+    reason: Mapping[str, Any] | None,
+    samples: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """The scenario in the service's shape (spec §2, §16.5), plus what a local calculation adds."""
     steps = []
@@ -280,8 +283,11 @@ def serialized(
         "state": state,
         "intent": intent_of(draft.prompt, draft.params),
         "paramsObject": {
-            p.name: {"sampleValue": p.sample, "description": f"from the prompt (recorded: {p.sample!r})"[:300],
-                     "role": "target"}
+            p.name: {
+                "sampleValue": p.sample,
+                "description": f"from the prompt (recorded: {p.sample!r})"[:300],
+                "role": "target",
+            }
             for p in draft.params
         },  # fmt: skip
         "paramsLogic": bodies.PARAMS_LOGIC,

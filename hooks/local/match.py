@@ -175,7 +175,9 @@ class MatchIndex:
         for cand in self._in_scope(pool, project):
             if not cand.literal <= tokens:
                 lacking = ", ".join(sorted(cand.literal - tokens)[:4])
-                considered.append(Considered(cand.scenario_id, "slot", None, f"the prompt lacks words it has: {lacking}"))
+                considered.append(
+                    Considered(cand.scenario_id, "slot", None, f"the prompt lacks words it has: {lacking}")
+                )
                 continue
             result = slots.align(cand.template, prompt)
             if isinstance(result, slots.Aligned):
@@ -243,7 +245,9 @@ class MatchIndex:
         if best is None:
             return Miss(tuple(considered[:MAX_EXPLAINED]), embedding="asked")
         score, cand, values = best
-        return Hit("embedding", cand.scenario_id, cand.run_id, values, round(score, 4), tuple(considered[:MAX_EXPLAINED]))
+        return Hit(
+            "embedding", cand.scenario_id, cand.run_id, values, round(score, 4), tuple(considered[:MAX_EXPLAINED])
+        )
 
 
 def samples_of(body: Mapping[str, Any]) -> dict[str, Any]:

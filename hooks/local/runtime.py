@@ -214,8 +214,12 @@ class LocalService:
                 return 200, await self._thread(lambda: self._hit(found, prompt, project))
             await self._thread(
                 lambda: self.store.create_run(
-                    run_id, project=project, input=prompt, framework=str(body.get("framework") or ""),
-                    metadata=metadata, now=self._clock(),
+                    run_id,
+                    project=project,
+                    input=prompt,
+                    framework=str(body.get("framework") or ""),
+                    metadata=metadata,
+                    now=self._clock(),
                 )  # fmt: skip
             )
         except StoreError as exc:
@@ -345,9 +349,18 @@ class LocalService:
             await self._thread(lambda: self.store.clear_edits(scenario_id))
         row = await self._thread(
             lambda: self.store.put_scenario(
-                scenario_id, project=run.project, run_id=run_id, state=verdict.state, reason=verdict.reason,
-                body=verdict.scenario, template=template, normalized=normalized(run.input), embedding=vector,
-                calc_version=CALC_VERSION, bump_revision=True, now=self._clock(),
+                scenario_id,
+                project=run.project,
+                run_id=run_id,
+                state=verdict.state,
+                reason=verdict.reason,
+                body=verdict.scenario,
+                template=template,
+                normalized=normalized(run.input),
+                embedding=vector,
+                calc_version=CALC_VERSION,
+                bump_revision=True,
+                now=self._clock(),
             )  # fmt: skip
         )
         log_event(
@@ -456,8 +469,13 @@ class LocalService:
         try:
             status = await self._thread(
                 lambda: self.store.book(
-                    ticket, scenario_id, outcome=str(body["outcome"]), ledger=decision.ledger,
-                    measured=decision.measured, report=body, now=self._clock(),
+                    ticket,
+                    scenario_id,
+                    outcome=str(body["outcome"]),
+                    ledger=decision.ledger,
+                    measured=decision.measured,
+                    report=body,
+                    now=self._clock(),
                 )  # fmt: skip
             )
         except StoreError as exc:
@@ -538,7 +556,9 @@ class LocalService:
         entry = edits.entry("edit", index, before, after, note=change.get("note"), forced=bool(problems and forced),
                             revision=revision)  # fmt: skip
         saved = await self._thread(
-            lambda: self.store.add_edit(scenario_id, kind="edit", step_index=index, entry=entry, before=before, after=after)
+            lambda: self.store.add_edit(
+                scenario_id, kind="edit", step_index=index, entry=entry, before=before, after=after
+            )
         )
         report["chainRevision"] = revision
         return 200, {"saved": True, "forced": saved.entry["forced"], "edit": saved.entry, "chainRevision": revision,
@@ -590,8 +610,9 @@ class LocalService:
                             revision=revision)  # fmt: skip
         entry["undoes"] = edit_id
         saved = await self._thread(
-            lambda: self.store.add_edit(scenario_id, kind="undo", step_index=index, entry=entry, before=current,
-                                        after=restored)  # fmt: skip
+            lambda: self.store.add_edit(
+                scenario_id, kind="undo", step_index=index, entry=entry, before=current, after=restored
+            )  # fmt: skip
         )
         return 200, {"undone": edit_id, "edit": saved.entry, "chainRevision": revision}
 
@@ -607,9 +628,7 @@ class LocalService:
         if row.state != "ready":
             return 409, {"error": "scenario_not_ready", "state": row.state}
         prompt = body["prompt"][:MAX_INPUT_CHARS]
-        values = await self._thread(
-            lambda: match.derive_values(row.template or {}, match.samples_of(row.body), prompt)
-        )
+        values = await self._thread(lambda: match.derive_values(row.template or {}, match.samples_of(row.body), prompt))
         params = {**(values or {}), **given}
         answer: dict[str, Any] = {"scenarioId": scenario_id, "prompt": prompt, "dry": True,
                                   "derived": bool(values), "costUsd": 0.0}  # fmt: skip
@@ -704,4 +723,3 @@ async def opened(
             yield service
     finally:
         await to_thread.run_sync(store.close)
-

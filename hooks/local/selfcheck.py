@@ -148,13 +148,17 @@ async def check(pool: Evaluator, scenario_id: str, draft: Draft) -> Verdict:
     """Self-check a draft in ``pool`` and give it its state."""
     if not draft.traced:
         reason = draft.failure or {"message": "no step of this run can be replayed"}
-        return Verdict("not_ready", reason, serialized(scenario_id, draft, state="not_ready", reason=reason, samples=[]))
+        return Verdict(
+            "not_ready", reason, serialized(scenario_id, draft, state="not_ready", reason=reason, samples=[])
+        )
     provisional = serialized(scenario_id, draft, state="ready", reason=None, samples=[])
     try:
         run = await dry_run(pool, provisional, draft.params_sample(), [s.recorded_output for s in draft.steps])
     except PayloadError as exc:
         reason = {"message": f"the calculated scenario cannot be read: {exc}"}
-        return Verdict("not_ready", reason, serialized(scenario_id, draft, state="not_ready", reason=reason, samples=[]))
+        return Verdict(
+            "not_ready", reason, serialized(scenario_id, draft, state="not_ready", reason=reason, samples=[])
+        )
     reason = mismatch([s.recorded_input for s in draft.steps], run, [s.tool_name for s in draft.steps])
     state = "ready" if reason is None else "not_ready"
     return Verdict(state, reason, serialized(scenario_id, draft, state=state, reason=reason, samples=run.samples))

@@ -82,11 +82,7 @@ class Template:
     def literal_words(self) -> set[str]:
         """The word tokens outside every slot (what a new prompt must hold to be worth aligning)."""
         inside = {i for s in self.slots for i in range(s.first, s.last)}
-        return {
-            t.folded
-            for i, t in enumerate(self.tokens)
-            if i not in inside and t.text[0].isalnum()
-        }
+        return {t.folded for i, t in enumerate(self.tokens) if i not in inside and t.text[0].isalnum()}
 
 
 @dataclass(frozen=True)

@@ -505,19 +505,25 @@ class Store:
     def set_embedding(self, scenario_id: str, embedding: bytes) -> None:
         def write(conn: sqlite3.Connection) -> None:
             changed = self._bump(conn, "changed")
-            conn.execute("UPDATE scenarios SET embedding = ?, changed = ? WHERE id = ?", (embedding, changed, scenario_id))
+            conn.execute(
+                "UPDATE scenarios SET embedding = ?, changed = ? WHERE id = ?", (embedding, changed, scenario_id)
+            )
 
         self._write(write)
 
     def scenario(self, scenario_id: str) -> ScenarioRow | None:
         row = self._read(
-            lambda c: c.execute(f"SELECT {self._SCENARIO_COLUMNS} FROM scenarios WHERE id = ?", (scenario_id,)).fetchone()
+            lambda c: c.execute(
+                f"SELECT {self._SCENARIO_COLUMNS} FROM scenarios WHERE id = ?", (scenario_id,)
+            ).fetchone()
         )
         return None if row is None else self._scenario_row(row)
 
     def scenario_of_run(self, run_id: str) -> ScenarioRow | None:
         row = self._read(
-            lambda c: c.execute(f"SELECT {self._SCENARIO_COLUMNS} FROM scenarios WHERE run_id = ?", (run_id,)).fetchone()
+            lambda c: c.execute(
+                f"SELECT {self._SCENARIO_COLUMNS} FROM scenarios WHERE run_id = ?", (run_id,)
+            ).fetchone()
         )
         return None if row is None else self._scenario_row(row)
 
@@ -696,7 +702,9 @@ class Store:
         ]
 
     def ticket_counts(self) -> dict[str, int]:
-        rows = self._read(lambda c: c.execute("SELECT scenario_id, count(*) FROM tickets GROUP BY scenario_id").fetchall())
+        rows = self._read(
+            lambda c: c.execute("SELECT scenario_id, count(*) FROM tickets GROUP BY scenario_id").fetchall()
+        )
         return {r[0]: int(r[1]) for r in rows}
 
     # --- size, pruning, forgetting ----------------------------------------------------------------
@@ -777,7 +785,10 @@ class Store:
                 if row and row[0]:
                     run_ids.add(row[0])
             for sid in scenario_ids:
-                conn.execute("DELETE FROM tickets WHERE scenario_id = ? AND ticket NOT IN (SELECT ticket FROM executions)", (sid,))
+                conn.execute(
+                    "DELETE FROM tickets WHERE scenario_id = ? AND ticket NOT IN (SELECT ticket FROM executions)",
+                    (sid,),
+                )
                 conn.execute("DELETE FROM scenarios WHERE id = ?", (sid,))
             for rid in run_ids:
                 conn.execute("DELETE FROM runs WHERE id = ?", (rid,))
@@ -795,7 +806,11 @@ class Store:
         """The whole store as one JSON-ready document (``import_document`` reads it back)."""
 
         def read(conn: sqlite3.Connection) -> dict[str, Any]:
-            doc: dict[str, Any] = {"format": EXPORT_FORMAT, "version": schema.CURRENT_VERSION, "exportedAt": time.time()}
+            doc: dict[str, Any] = {
+                "format": EXPORT_FORMAT,
+                "version": schema.CURRENT_VERSION,
+                "exportedAt": time.time(),
+            }
             for table in self._TABLES:
                 cursor = conn.execute(f"SELECT * FROM {table}")
                 names = [d[0] for d in cursor.description]
@@ -820,7 +835,9 @@ class Store:
             raise StoreError("not a bir local store export (its format field is missing or different)")
         version = doc.get("version")
         if not isinstance(version, int) or version > schema.CURRENT_VERSION:
-            raise StoreError(f"the export is of store version {version!r}; this bir reads up to {schema.CURRENT_VERSION}")
+            raise StoreError(
+                f"the export is of store version {version!r}; this bir reads up to {schema.CURRENT_VERSION}"
+            )
 
         def write(conn: sqlite3.Connection) -> dict[str, int]:
             added: dict[str, int] = {}
@@ -838,7 +855,9 @@ class Store:
                         values["changed"] = self._bump(conn, "changed")
                     names = ", ".join(values)
                     marks = ", ".join("?" for _ in values)
-                    cursor = conn.execute(f"INSERT OR IGNORE INTO {table} ({names}) VALUES ({marks})", tuple(values.values()))
+                    cursor = conn.execute(
+                        f"INSERT OR IGNORE INTO {table} ({names}) VALUES ({marks})", tuple(values.values())
+                    )
                     count += cursor.rowcount
                 added[table] = count
             return added

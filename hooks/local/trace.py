@@ -192,9 +192,7 @@ def _numeric_fields(rows: Sequence[Any]) -> list[str]:
     common = set(rows[0])
     for r in rows[1:]:
         common &= set(r)
-    return sorted(
-        f for f in common if all(isinstance(r[f], int | float) and not isinstance(r[f], bool) for r in rows)
-    )
+    return sorted(f for f in common if all(isinstance(r[f], int | float) and not isinstance(r[f], bool) for r in rows))
 
 
 def candidate_rules(rows: Sequence[Any], index: int) -> list[Rule]:
@@ -540,7 +538,9 @@ class Tracer:
         i, literal = 0, ""
         candidates.sort(key=lambda c: -len(c[0]))
         while i < len(text):
-            hit = next((c for c in candidates if text.startswith(c[0], i) and self._bounded_at(text, i, len(c[0]))), None)
+            hit = next(
+                (c for c in candidates if text.startswith(c[0], i) and self._bounded_at(text, i, len(c[0]))), None
+            )
             if hit is None:
                 literal += text[i]
                 i += 1
@@ -657,7 +657,13 @@ def shown_value(param: Param) -> Any:
     """What a parameter's sample becomes in the call (after its case change)."""
     if param.kind != "string":
         return param.sample
-    return param.sample.lower() if param.case == "lower" else param.sample.upper() if param.case == "upper" else param.sample
+    return (
+        param.sample.lower()
+        if param.case == "lower"
+        else param.sample.upper()
+        if param.case == "upper"
+        else param.sample
+    )
 
 
 def rebuild(expr: Expr, params: dict[str, Any], resp: dict[str, Any]) -> Any:

@@ -9,12 +9,13 @@ then, and the inputs the steps must get.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from bir.benchmarks import match_corpus
 from bir.examples.fleet_server import device_by_id, list_devices_in
 
-HOSTILE = "it's \"q\" `t` ${p.x()} </script> \u2028\u2029 \\"
+HOSTILE = 'it\'s "q" `t` ${p.x()} </script> \u2028\u2029 \\'
 
 
 def mcp(value: object, *, is_error: bool = False) -> str:
@@ -98,7 +99,11 @@ CASES: list[Case] = [
         "bare_content_array_from_a_hook",
         "show the details of the riskiest device in eu-west-1",
         [
-            step("mcp__fleet__list_devices", {"region": "eu-west-1"}, json.dumps([{"type": "text", "text": json.dumps(EU)}])),
+            step(
+                "mcp__fleet__list_devices",
+                {"region": "eu-west-1"},
+                json.dumps([{"type": "text", "text": json.dumps(EU)}]),
+            ),
             step("mcp__fleet__get_device", {"id": EU_TOP["id"]}, mcp(device_by_id(EU_TOP["id"]))),
         ],
         ready=True,
@@ -113,7 +118,13 @@ CASES: list[Case] = [
     Case(
         "file_read",
         "read config/thresholds.json",
-        [step("Read", {"file_path": "/work/proj/config/thresholds.json"}, read("/work/proj/config/thresholds.json", THRESHOLDS))],
+        [
+            step(
+                "Read",
+                {"file_path": "/work/proj/config/thresholds.json"},
+                read("/work/proj/config/thresholds.json", THRESHOLDS),
+            )
+        ],
         ready=True,
         replay=Replay(
             "read config/limits.json",
@@ -127,8 +138,11 @@ CASES: list[Case] = [
         "show what changed in the last commit",
         [
             step("Bash", {"command": "git log -1 --format=%h", "description": "last commit"}, bash("3f9c2ab\n")),
-            step("Bash", {"command": "git show --stat 3f9c2ab", "description": "what changed"},
-                 bash(" README.md | 2 +-\n 1 file changed")),  # fmt: skip
+            step(
+                "Bash",
+                {"command": "git show --stat 3f9c2ab", "description": "what changed"},
+                bash(" README.md | 2 +-\n 1 file changed"),
+            ),  # fmt: skip
         ],
         ready=True,
         replay=Replay(
@@ -158,8 +172,11 @@ CASES: list[Case] = [
         "fix the typo in README.md",
         [
             step("Read", {"file_path": "/work/proj/README.md"}, read("/work/proj/README.md", "teh fleet\n")),
-            step("Edit", {"file_path": "/work/proj/README.md", "old_string": "teh", "new_string": "the"},
-                 json.dumps({"filePath": "/work/proj/README.md"})),  # fmt: skip
+            step(
+                "Edit",
+                {"file_path": "/work/proj/README.md", "old_string": "teh", "new_string": "the"},
+                json.dumps({"filePath": "/work/proj/README.md"}),
+            ),  # fmt: skip
         ],
         ready=True,
         excluded=("Edit",),
@@ -170,8 +187,11 @@ CASES: list[Case] = [
         "commit the fleet changes",
         [
             step("Bash", {"command": "git status --short", "description": "status"}, bash(" M fleet.py\n")),
-            step("Bash", {"command": "git commit -am 'Fleet: retry the device list once'", "description": "commit"},
-                 bash("[main 1a2b3c4] Fleet: retry the device list once")),  # fmt: skip
+            step(
+                "Bash",
+                {"command": "git commit -am 'Fleet: retry the device list once'", "description": "commit"},
+                bash("[main 1a2b3c4] Fleet: retry the device list once"),
+            ),  # fmt: skip
         ],
         ready=True,
         excluded=("Bash",),
@@ -181,12 +201,22 @@ CASES: list[Case] = [
         "a_failed_step_and_a_retry",
         "read the thresholds file",
         [
-            step("Read", {"file_path": "/work/proj/thresholds.json"}, json.dumps({"error": "File does not exist."}),
-                 error="File does not exist."),  # fmt: skip
-            step("Glob", {"pattern": "**/thresholds*.json"}, json.dumps({"filenames": ["/work/proj/config/thresholds.json"],
-                                                                         "numFiles": 1})),  # fmt: skip
-            step("Read", {"file_path": "/work/proj/config/thresholds.json"},
-                 read("/work/proj/config/thresholds.json", THRESHOLDS)),  # fmt: skip
+            step(
+                "Read",
+                {"file_path": "/work/proj/thresholds.json"},
+                json.dumps({"error": "File does not exist."}),
+                error="File does not exist.",
+            ),  # fmt: skip
+            step(
+                "Glob",
+                {"pattern": "**/thresholds*.json"},
+                json.dumps({"filenames": ["/work/proj/config/thresholds.json"], "numFiles": 1}),
+            ),  # fmt: skip
+            step(
+                "Read",
+                {"file_path": "/work/proj/config/thresholds.json"},
+                read("/work/proj/config/thresholds.json", THRESHOLDS),
+            ),  # fmt: skip
         ],
         ready=True,
         excluded=("Read",),
@@ -202,10 +232,16 @@ CASES: list[Case] = [
         "an_exploratory_search_is_left_out",
         "find where the device timeout is set",
         [
-            step("Grep", {"pattern": "deviceTimeout", "output_mode": "files_with_matches"},
-                 json.dumps({"mode": "files_with_matches", "filenames": [], "numFiles": 0})),  # fmt: skip
-            step("Grep", {"pattern": "device_timeout", "output_mode": "files_with_matches"},
-                 json.dumps({"mode": "files_with_matches", "filenames": ["/work/proj/fleet.py"], "numFiles": 1})),  # fmt: skip
+            step(
+                "Grep",
+                {"pattern": "deviceTimeout", "output_mode": "files_with_matches"},
+                json.dumps({"mode": "files_with_matches", "filenames": [], "numFiles": 0}),
+            ),  # fmt: skip
+            step(
+                "Grep",
+                {"pattern": "device_timeout", "output_mode": "files_with_matches"},
+                json.dumps({"mode": "files_with_matches", "filenames": ["/work/proj/fleet.py"], "numFiles": 1}),
+            ),  # fmt: skip
         ],
         ready=True,
         excluded=("Grep",),
@@ -214,24 +250,29 @@ CASES: list[Case] = [
     Case(
         "hostile_values_stay_data",
         "run the banner script",
-        [step("mcp__shell__run", {"script": "banner", "args": [HOSTILE], "env": {"</script>": "`${x}`"}},
-              mcp("ok"))],  # fmt: skip
+        [
+            step("mcp__shell__run", {"script": "banner", "args": [HOSTILE], "env": {"</script>": "`${x}`"}}, mcp("ok"))
+        ],  # fmt: skip
         ready=True,
-        replay=Replay("run the banner script", {"script": "banner"}, [mcp("ok")],
-                      [{"script": "banner", "args": [HOSTILE], "env": {"</script>": "`${x}`"}}]),  # fmt: skip
+        replay=Replay(
+            "run the banner script",
+            {"script": "banner"},
+            [mcp("ok")],
+            [{"script": "banner", "args": [HOSTILE], "env": {"</script>": "`${x}`"}}],
+        ),  # fmt: skip
     ),
     Case(
         "hostile_field_names_on_an_output_path",
         "show the detail of the only device in eu-west-1",
         [
-            step("mcp__fleet__list_devices", {"region": "eu-west-1"}, mcp([{"id\"); throw 1; (\"": "dev-777"}])),
+            step("mcp__fleet__list_devices", {"region": "eu-west-1"}, mcp([{'id"); throw 1; ("': "dev-777"}])),
             step("mcp__fleet__get_device", {"id": "dev-777"}, mcp({"id": "dev-777"})),
         ],
         ready=True,
         replay=Replay(
             "show the detail of the only device in us-east-1",
             {"region": "us-east-1"},
-            [mcp([{"id\"); throw 1; (\"": "dev-888"}]), mcp({})],
+            [mcp([{'id"); throw 1; ("': "dev-888"}]), mcp({})],
             [{"region": "us-east-1"}, {"id": "dev-888"}],
         ),
     ),
@@ -273,9 +314,15 @@ CASES: list[Case] = [
         "depends_on_a_model_written_step",
         "open a ticket for the outage and label it urgent",
         [
-            step("mcp__tracker__create", {"title": "Outage", "body": "The eu-west-1 gateways stopped answering at "
-                                          "noon and the on-call engineer restarted them by hand."},
-                 mcp({"ticket": "TCK-31337"})),  # fmt: skip
+            step(
+                "mcp__tracker__create",
+                {
+                    "title": "Outage",
+                    "body": "The eu-west-1 gateways stopped answering at "
+                    "noon and the on-call engineer restarted them by hand.",
+                },
+                mcp({"ticket": "TCK-31337"}),
+            ),  # fmt: skip
             step("mcp__tracker__label", {"ticket": "TCK-31337", "label": "urgent"}, mcp("ok")),
         ],
         ready=False,
@@ -286,29 +333,6 @@ CASES: list[Case] = [
 
 
 def ten_step_run() -> Case:
-    """A 10-step run for the calculation's time: lists, picks, reads and commands threaded together."""
-    steps: list[dict[str, Any]] = []
-    for region in ("eu-west-1", "us-east-1", "ap-southeast-2", "sa-east-1"):
-        rows = list_devices_in(region)
-        top = max(rows, key=lambda r: r["risk"])
-        steps.append(step("mcp__fleet__list_devices", {"region": region}, mcp(rows)))
-        steps.append(step("mcp__fleet__get_device", {"id": top["id"]}, mcp(device_by_id(top["id"]))))
-    steps.append(step("Bash", {"command": "git log -1 --format=%h"}, bash("3f9c2ab\n")))
-    steps.append(step("Bash", {"command": "git show --stat 3f9c2ab"}, bash("1 file changed")))
-    return Case(
-        "ten_steps",
-        "show the riskiest device of eu-west-1, us-east-1, ap-southeast-2 and sa-east-1, and the last commit",
-        steps,
-        ready=True,
-    )
-
-
-@dataclass
-class Pair:
-    """A prompt pair of the matcher corpus: the recorded prompt with its parameter values, and a new prompt."""
-
-    kind: str  # same_task | paraphrase | different_task | unrelated
-    recorded: str
-    values: dict[str, Any]
-    new: str
-    expected: dict[str, Any] = field(default_factory=dict)
+    """The bench's 10-step run, as a corpus case."""
+    prompt, steps = match_corpus.ten_step_run()
+    return Case("ten_steps", prompt, [{k: v for k, v in s.items() if k != "stepIndex"} for s in steps], ready=True)

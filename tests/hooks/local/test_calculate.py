@@ -62,7 +62,9 @@ async def test_an_output_rule_that_no_longer_holds_fails_closed(pool: EvaluatorP
     case = next(c for c in CASES if c.name == "hostile_field_names_on_an_output_path")
     verdict = await check(pool, "scn_case", draft_scenario(case.prompt, recorded_steps(case.bodies())))
     assert verdict.state == "ready"
-    two_rows = '{"content": [{"type": "text", "text": "[{\\"id\\\\\\"); throw 1; (\\\\\\"\\": \\"a\\"}, {\\"x\\": 1}]"}]}'
+    two_rows = (
+        '{"content": [{"type": "text", "text": "[{\\"id\\\\\\"); throw 1; (\\\\\\"\\": \\"a\\"}, {\\"x\\": 1}]"}]}'
+    )
     run = await dry_run(pool, verdict.scenario, {"region": "us-east-1"}, [two_rows, "{}"])
     assert not run.ok
     assert run.error is not None
