@@ -193,7 +193,7 @@ _QUALIFIERS = ("open", "failed", "stale", "pending", "active", "expired", "block
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else 0.0
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
 
 
 def _filler_prompts(count: int, rng: random.Random) -> list[tuple[str, dict[str, str]]]:
@@ -254,7 +254,7 @@ async def _bench(*, quick: bool) -> dict[str, Any]:
             "matcher_added_mb": 150,
             "model_load_s": 1.0,
             "ten_step_calculation_s": 1.0,
-        },  # fmt: skip
+        },
         "machine": machine_facts(load_before),
     }
 
@@ -312,7 +312,7 @@ def _fill(store: Any, rows: list[tuple[str, str, list[Any], Any]]) -> None:
                 ),
             )
         conn.execute("UPDATE meta SET value = ? WHERE key = 'changed'", (len(rows),))
-        conn.execute("COMMIT")  # fmt: skip
+        conn.execute("COMMIT")
 
 
 async def _with_store(home: Path, model: Any, size: int, quick: bool) -> tuple[float, float, dict[str, Any]]:
@@ -369,11 +369,11 @@ async def _with_store(home: Path, model: Any, size: int, quick: bool) -> tuple[f
             "prompts": len(model_path),
             "p50_ms": round(_percentile(model_path, 0.5), 2),
             "p99_ms": round(_percentile(model_path, 0.99), 2),
-        },  # fmt: skip
+        },
         "by_kind": {
             k: {"prompts": len(v), "p50_ms": round(_percentile(v, 0.5), 2), "p99_ms": round(_percentile(v, 0.99), 2)}
             for k, v in sorted(timings.items())
-        },  # fmt: skip
+        },
     }
     return store_s, index_s, report
 
@@ -386,8 +386,10 @@ def _accuracy(model: Any) -> dict[str, Any]:
     raw = {p: model.embed(p) for p in recorded}
     out: dict[str, dict[str, Any]] = {}
     for pair in PAIRS:
-        row = out.setdefault(pair.kind, {"pairs": 0, "ours_hits": 0, "ours_right": 0, "service_hits": 0,
-                                         "service_right": 0, "raw_cosines": []})  # fmt: skip
+        row = out.setdefault(
+            pair.kind,
+            {"pairs": 0, "ours_hits": 0, "ours_right": 0, "service_hits": 0, "service_right": 0, "raw_cosines": []},
+        )
         row["pairs"] += 1
         found = index.match(pair.new, project="/p", embed=model.embed, min_similarity=SERVICE_THRESHOLD)
         target = scenario_of(pair.recorded)
@@ -422,8 +424,13 @@ async def _calculation(*, runs: int) -> dict[str, Any]:
             verdict = await check(pool, "scn_bench", draft_scenario(prompt, recorded_steps(steps)))
             times.append(time.perf_counter() - began)
             state = verdict.state
-    return {"steps": len(steps), "state": state, "runs": runs, "p50_s": round(_percentile(times, 0.5), 4),
-            "max_s": round(max(times), 4)}  # fmt: skip
+    return {
+        "steps": len(steps),
+        "state": state,
+        "runs": runs,
+        "p50_s": round(_percentile(times, 0.5), 4),
+        "max_s": round(max(times), 4),
+    }
 
 
 def render(report: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""The matcher corpus (``bir bench match`` and the matcher's tests): recorded prompts with their parameter values, and new prompts of four kinds.
+"""The matcher corpus (``bir bench match`` and the matcher's tests): recorded prompts with their parameter
+values, and new prompts of four kinds.
 
 ``same_task``: the same task with other values (the rule must find the new values); ``paraphrase``: the
 same task in other words; ``different_task``: another task sharing the recorded prompt's entities, verb
@@ -42,56 +43,117 @@ class Pair:
 
 
 PAIRS: list[Pair] = [
-    Pair("same_task", "list the open incidents for fleet eu-west", "list the open incidents for fleet us-east",
-         {"fleet": "us-east"}),
-    Pair("same_task", "show the details of the riskiest device in eu-west-1",
-         "show the details of the riskiest device in ap-southeast-2", {"region": "ap-southeast-2"}),
+    Pair(
+        "same_task",
+        "list the open incidents for fleet eu-west",
+        "list the open incidents for fleet us-east",
+        {"fleet": "us-east"},
+    ),
+    Pair(
+        "same_task",
+        "show the details of the riskiest device in eu-west-1",
+        "show the details of the riskiest device in ap-southeast-2",
+        {"region": "ap-southeast-2"},
+    ),
     Pair("same_task", "show issue #4512", "show issue #4513", {"issue": 4513}),
     Pair("same_task", "read config/thresholds.json", "read config/limits.json", {"path": "config/limits.json"}),
-    Pair("same_task", "restart the api-gateway service in staging", "restart the billing-worker service in production",
-         {"service": "billing-worker", "env": "production"}),
-    Pair("same_task", "list the first 5 devices in eu-west-1", "list the first 20 devices in sa-east-1",
-         {"limit": 20, "region": "sa-east-1"}),
-    Pair("same_task", "what is the status of order ORD-1001", "What is the status of order ORD-2093?",
-         {"order": "ORD-2093"}),
-    Pair("same_task", "show the last 10 commits on branch main", "show the last 3 commits on branch release-2.1",
-         {"count": 3, "branch": "release-2.1"}),
+    Pair(
+        "same_task",
+        "restart the api-gateway service in staging",
+        "restart the billing-worker service in production",
+        {"service": "billing-worker", "env": "production"},
+    ),
+    Pair(
+        "same_task",
+        "list the first 5 devices in eu-west-1",
+        "list the first 20 devices in sa-east-1",
+        {"limit": 20, "region": "sa-east-1"},
+    ),
+    Pair(
+        "same_task",
+        "what is the status of order ORD-1001",
+        "What is the status of order ORD-2093?",
+        {"order": "ORD-2093"},
+    ),
+    Pair(
+        "same_task",
+        "show the last 10 commits on branch main",
+        "show the last 3 commits on branch release-2.1",
+        {"count": 3, "branch": "release-2.1"},
+    ),
     Pair("same_task", "get the weather for Paris tomorrow", "get the weather for Berlin tomorrow", {"city": "Berlin"}),
-    Pair("same_task", "count the failed jobs in queue ingest-eu", "count the failed jobs in queue ingest-us",
-         {"queue": "ingest-us"}),
-    Pair("same_task", "show the logs of pod web-7f9c for the last hour", "show the logs of pod api-1a2b for the last hour",
-         {"pod": "api-1a2b"}),
-    Pair("same_task", "find the owner of repo acme/widgets", "find the owner of repo acme/gadgets.",
-         {"repo": "acme/gadgets"}),
-    Pair("paraphrase", "list the open incidents for fleet eu-west", "show me the open incidents of the eu-west fleet",
-         {"fleet": "eu-west"}),
+    Pair(
+        "same_task",
+        "count the failed jobs in queue ingest-eu",
+        "count the failed jobs in queue ingest-us",
+        {"queue": "ingest-us"},
+    ),
+    Pair(
+        "same_task",
+        "show the logs of pod web-7f9c for the last hour",
+        "show the logs of pod api-1a2b for the last hour",
+        {"pod": "api-1a2b"},
+    ),
+    Pair(
+        "same_task",
+        "find the owner of repo acme/widgets",
+        "find the owner of repo acme/gadgets.",
+        {"repo": "acme/gadgets"},
+    ),
+    Pair(
+        "paraphrase",
+        "list the open incidents for fleet eu-west",
+        "show me the open incidents of the eu-west fleet",
+        {"fleet": "eu-west"},
+    ),
     Pair("paraphrase", "show issue #4512", "display issue #4512", {"issue": 4512}),
     Pair("paraphrase", "get the weather for Paris tomorrow", "what's the weather in Paris tomorrow", {"city": "Paris"}),
-    Pair("paraphrase", "count the failed jobs in queue ingest-eu", "how many failed jobs are in queue ingest-eu",
-         {"queue": "ingest-eu"}),
-    Pair("paraphrase", "read config/thresholds.json", "show me config/thresholds.json",
-         {"path": "config/thresholds.json"}),
-    Pair("paraphrase", "restart the api-gateway service in staging", "please reboot the api-gateway service in staging",
-         {"service": "api-gateway", "env": "staging"}),
+    Pair(
+        "paraphrase",
+        "count the failed jobs in queue ingest-eu",
+        "how many failed jobs are in queue ingest-eu",
+        {"queue": "ingest-eu"},
+    ),
+    Pair(
+        "paraphrase",
+        "read config/thresholds.json",
+        "show me config/thresholds.json",
+        {"path": "config/thresholds.json"},
+    ),
+    Pair(
+        "paraphrase",
+        "restart the api-gateway service in staging",
+        "please reboot the api-gateway service in staging",
+        {"service": "api-gateway", "env": "staging"},
+    ),
     Pair("different_task", "list the open incidents for fleet eu-west", "close all open incidents for fleet eu-west"),
     Pair("different_task", "list the open incidents for fleet eu-west", "list the closed incidents for fleet eu-west"),
-    Pair("different_task", "list the open incidents for fleet eu-west",
-         "list the open incidents for fleet eu-west and close them"),
+    Pair(
+        "different_task",
+        "list the open incidents for fleet eu-west",
+        "list the open incidents for fleet eu-west and close them",
+    ),
     Pair("different_task", "show issue #4512", "delete issue #4512"),
     Pair("different_task", "read config/thresholds.json", "set config/thresholds.json"),
     Pair("different_task", "show the last 10 commits on branch main", "revert the last 10 commits on branch main"),
     Pair("different_task", "restart the api-gateway service in staging", "stop the api-gateway service in staging"),
-    Pair("different_task", "show the details of the riskiest device in eu-west-1",
-         "show the details of the least risky device in eu-west-1"),
+    Pair(
+        "different_task",
+        "show the details of the riskiest device in eu-west-1",
+        "show the details of the least risky device in eu-west-1",
+    ),
     Pair("different_task", "what is the status of order ORD-1001", "cancel order ORD-1001"),
     Pair("different_task", "count the failed jobs in queue ingest-eu", "count the succeeded jobs in queue ingest-eu"),
-    Pair("different_task", "show the logs of pod web-7f9c for the last hour",
-         "delete the logs of pod web-7f9c for the last hour"),
+    Pair(
+        "different_task",
+        "show the logs of pod web-7f9c for the last hour",
+        "delete the logs of pod web-7f9c for the last hour",
+    ),
     Pair("different_task", "find the owner of repo acme/widgets", "remove the owner of repo acme/widgets"),
     Pair("unrelated", "get the weather for Paris tomorrow", "write a haiku about autumn"),
     Pair("unrelated", "show issue #4512", "refactor the parser to use a state machine"),
     Pair("unrelated", "list the first 5 devices in eu-west-1", "what time is it in Tokyo"),
-]  # fmt: skip
+]
 
 
 def params_of(prompt: str, values: dict[str, Any]) -> list[Param]:
@@ -99,8 +161,11 @@ def params_of(prompt: str, values: dict[str, Any]) -> list[Param]:
     for name, value in values.items():
         said = str(value)
         start = prompt.index(said)
-        kind = "number" if isinstance(value, int) else "string"
-        params.append(Param(name, value if kind == "number" else said, kind, ((start, start + len(said)),)))
+        span = ((start, start + len(said)),)
+        if isinstance(value, int):
+            params.append(Param(name, value, "number", span))
+        else:
+            params.append(Param(name, said, "string", span))
     return params
 
 
@@ -111,8 +176,17 @@ def corpus_index(embed: Callable[[str], Any] | None, *, project: str = "/p") -> 
         template = template_of(prompt, params)
         samples = {p.name: p.sample for p in params}
         vector = embed(match.masked_template(template, samples)) if embed is not None else None
-        index.put(match.candidate_of(f"scn_{i}", run_id=f"run_{i}", project=project, created_at=float(i),
-                                     template=template, samples=samples, vector=vector))  # fmt: skip
+        index.put(
+            match.candidate_of(
+                f"scn_{i}",
+                run_id=f"run_{i}",
+                project=project,
+                created_at=float(i),
+                template=template,
+                samples=samples,
+                vector=vector,
+            )
+        )
     return index
 
 
@@ -135,12 +209,18 @@ def ten_step_run() -> tuple[str, list[dict[str, Any]]]:
         rows = list_devices_in(region)
         top = max(rows, key=lambda r: r["risk"])
         steps.append({"toolName": "mcp__fleet__list_devices", "toolInput": {"region": region}, "toolOutput": mcp(rows)})
-        steps.append({"toolName": "mcp__fleet__get_device", "toolInput": {"id": top["id"]},
-                      "toolOutput": mcp(device_by_id(top["id"]))})  # fmt: skip
+        steps.append(
+            {
+                "toolName": "mcp__fleet__get_device",
+                "toolInput": {"id": top["id"]},
+                "toolOutput": mcp(device_by_id(top["id"])),
+            }
+        )
     steps.append(
         {"toolName": "Bash", "toolInput": {"command": "git log -1 --format=%h"}, "toolOutput": bash("3f9c2ab\n")}
     )
-    steps.append({"toolName": "Bash", "toolInput": {"command": "git show --stat 3f9c2ab"},
-                  "toolOutput": bash("1 file changed")})  # fmt: skip
+    steps.append(
+        {"toolName": "Bash", "toolInput": {"command": "git show --stat 3f9c2ab"}, "toolOutput": bash("1 file changed")}
+    )
     prompt = "show the riskiest device of eu-west-1, us-east-1, ap-southeast-2 and sa-east-1, and the last commit"
     return prompt, [{"stepIndex": i, **step} for i, step in enumerate(steps)]

@@ -59,34 +59,69 @@ def build_app(service: LocalService) -> Starlette:
     routes = [
         Route("/recordings/runs", route(lambda r, b: service.match_run(b)), methods=["POST"]),
         Route("/recordings/runs", route(lambda r, b: service.list_runs(), reads_body=False), methods=["GET"]),
-        Route("/recordings/runs/{run_id}", route(lambda r, b: service.get_run(getattr(r, p)["run_id"]),
-                                                 reads_body=False), methods=["GET"]),
-        Route("/recordings/runs/{run_id}/steps", route(lambda r, b: service.post_step(getattr(r, p)["run_id"], b)),
-              methods=["POST"]),
-        Route("/recordings/runs/{run_id}/finish", route(lambda r, b: service.finish(getattr(r, p)["run_id"], b)),
-              methods=["POST"]),
-        Route("/recordings/runs/{run_id}/scenario", route(lambda r, b: service.run_scenario(getattr(r, p)["run_id"]),
-                                                          reads_body=False), methods=["GET"]),
-        Route("/recordings/runs/{run_id}/calculate", route(lambda r, b: service.calculate(getattr(r, p)["run_id"], b)),
-              methods=["POST"]),
-        Route("/scenarios/{sid}", route(lambda r, b: service.get_scenario(getattr(r, p)["sid"]), reads_body=False),
-              methods=["GET"]),
+        Route(
+            "/recordings/runs/{run_id}",
+            route(lambda r, b: service.get_run(getattr(r, p)["run_id"]), reads_body=False),
+            methods=["GET"],
+        ),
+        Route(
+            "/recordings/runs/{run_id}/steps",
+            route(lambda r, b: service.post_step(getattr(r, p)["run_id"], b)),
+            methods=["POST"],
+        ),
+        Route(
+            "/recordings/runs/{run_id}/finish",
+            route(lambda r, b: service.finish(getattr(r, p)["run_id"], b)),
+            methods=["POST"],
+        ),
+        Route(
+            "/recordings/runs/{run_id}/scenario",
+            route(lambda r, b: service.run_scenario(getattr(r, p)["run_id"]), reads_body=False),
+            methods=["GET"],
+        ),
+        Route(
+            "/recordings/runs/{run_id}/calculate",
+            route(lambda r, b: service.calculate(getattr(r, p)["run_id"], b)),
+            methods=["POST"],
+        ),
+        Route(
+            "/scenarios/{sid}",
+            route(lambda r, b: service.get_scenario(getattr(r, p)["sid"]), reads_body=False),
+            methods=["GET"],
+        ),
         Route("/scenarios/{sid}/derive", route(lambda r, b: service.derive(getattr(r, p)["sid"], b)), methods=["POST"]),
-        Route("/scenarios/{sid}/executions", route(lambda r, b: service.execution(getattr(r, p)["sid"], b)),
-              methods=["POST"]),
-        Route("/scenarios/{sid}/recalculate", route(lambda r, b: service.recalculate(getattr(r, p)["sid"], b)),
-              methods=["POST"]),
-        Route("/scenarios/{sid}/steps/{step}/check",
-              route(lambda r, b: service.check_step(getattr(r, p)["sid"], getattr(r, p)["step"], b, save=False)),
-              methods=["POST"]),
-        Route("/scenarios/{sid}/steps/{step}",
-              route(lambda r, b: service.check_step(getattr(r, p)["sid"], getattr(r, p)["step"], b, save=True)),
-              methods=["PATCH"]),
-        Route("/scenarios/{sid}/edits", route(lambda r, b: service.list_edits(getattr(r, p)["sid"]), reads_body=False),
-              methods=["GET"]),
-        Route("/scenarios/{sid}/edits/{eid}/revert",
-              route(lambda r, b: service.revert(getattr(r, p)["sid"], getattr(r, p)["eid"], b)), methods=["POST"]),
-        Route("/scenarios/{sid}/replay", route(lambda r, b: service.dry_replay(getattr(r, p)["sid"], b)),
-              methods=["POST"]),
-    ]  # fmt: skip
+        Route(
+            "/scenarios/{sid}/executions",
+            route(lambda r, b: service.execution(getattr(r, p)["sid"], b)),
+            methods=["POST"],
+        ),
+        Route(
+            "/scenarios/{sid}/recalculate",
+            route(lambda r, b: service.recalculate(getattr(r, p)["sid"], b)),
+            methods=["POST"],
+        ),
+        Route(
+            "/scenarios/{sid}/steps/{step}/check",
+            route(lambda r, b: service.check_step(getattr(r, p)["sid"], getattr(r, p)["step"], b, save=False)),
+            methods=["POST"],
+        ),
+        Route(
+            "/scenarios/{sid}/steps/{step}",
+            route(lambda r, b: service.check_step(getattr(r, p)["sid"], getattr(r, p)["step"], b, save=True)),
+            methods=["PATCH"],
+        ),
+        Route(
+            "/scenarios/{sid}/edits",
+            route(lambda r, b: service.list_edits(getattr(r, p)["sid"]), reads_body=False),
+            methods=["GET"],
+        ),
+        Route(
+            "/scenarios/{sid}/edits/{eid}/revert",
+            route(lambda r, b: service.revert(getattr(r, p)["sid"], getattr(r, p)["eid"], b)),
+            methods=["POST"],
+        ),
+        Route(
+            "/scenarios/{sid}/replay", route(lambda r, b: service.dry_replay(getattr(r, p)["sid"], b)), methods=["POST"]
+        ),
+    ]
     return Starlette(routes=routes)

@@ -12,6 +12,7 @@ measured baseline counts in dollars; tokens count where both sides carry usage.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -33,7 +34,7 @@ class Decision:
 def _number(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0.0
-    return float(value) if value == value and abs(value) != float("inf") else 0.0
+    return float(value) if math.isfinite(value) else 0.0
 
 
 def decide(report: Mapping[str, Any], *, pricing_version: str = PRICING_VERSION) -> Decision:
@@ -135,8 +136,14 @@ def scenario_stats(
 
 def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The sums over every scenario's line."""
-    out: dict[str, Any] = {"scenarios": 0, "hits": 0, "replays": 0, "savedUsd": 0.0, "savedTokens": 0,
-                           "savedSeconds": 0.0}  # fmt: skip
+    out: dict[str, Any] = {
+        "scenarios": 0,
+        "hits": 0,
+        "replays": 0,
+        "savedUsd": 0.0,
+        "savedTokens": 0,
+        "savedSeconds": 0.0,
+    }
     for row in rows:
         out["scenarios"] += 1
         out["hits"] += row["hits"]

@@ -174,9 +174,9 @@ def sort_steps(prompt: str, steps: Sequence[Recorded]) -> tuple[list[Recorded], 
             why = "it is bir's own housekeeping"
         else:
             why = _failed(step) or _model_written(step, prompt)
-        if why is None and (step.tool in LOOKUP_TOOLS or is_mcp(step.tool)) and _empty(step):
-            if any(later.tool == step.tool for later in steps[i + 1 :]):
-                why = "it found nothing and the same tool was tried again (exploration)"
+        lookup = step.tool in LOOKUP_TOOLS or is_mcp(step.tool)
+        if why is None and lookup and _empty(step) and any(later.tool == step.tool for later in steps[i + 1 :]):
+            why = "it found nothing and the same tool was tried again (exploration)"
         if why is None:
             kept.append(step)
         else:
@@ -289,7 +289,7 @@ def serialized(
                 "role": "target",
             }
             for p in draft.params
-        },  # fmt: skip
+        },
         "paramsLogic": bodies.PARAMS_LOGIC,
         "responseParamsLogic": bodies.RESPONSE_PARAMS_LOGIC,
         "steps": steps,

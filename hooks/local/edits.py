@@ -73,8 +73,16 @@ def same_step(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     return not changes_of(before, after)
 
 
-def entry(kind: str, index: int, before: Mapping[str, Any], after: Mapping[str, Any], *, note: object,
-          forced: bool, revision: int) -> dict[str, Any]:  # fmt: skip
+def entry(
+    kind: str,
+    index: int,
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    *,
+    note: object,
+    forced: bool,
+    revision: int,
+) -> dict[str, Any]:
     return {
         "kind": kind,
         "stepIndex": index,

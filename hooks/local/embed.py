@@ -280,7 +280,7 @@ class MiniLM:
         arrays, nodes = _read_onnx(data)
         # A weight's layer is named by the bias its MatMul's result is added to.
         biased: dict[str, str] = {}
-        for op, inputs, outputs in nodes:
+        for op, inputs, _outputs in nodes:
             if op == "Add" and len(inputs) == 2 and inputs[1].endswith(".bias") and inputs[1] in arrays:
                 biased[inputs[0]] = inputs[1][: -len(".bias")]
         self.weights: dict[str, Any] = {}
@@ -296,9 +296,18 @@ class MiniLM:
             arrays[f"{_PREFIX}embeddings.position_embeddings.weight_q"].astype(np.float32)
             * arrays[f"{_PREFIX}embeddings.position_embeddings.weight_scale"]
         )
-        expected = {f"{_PREFIX}encoder.layer.{i}.{part}" for i in range(_LAYERS) for part in (
-            "attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
-            "intermediate.dense", "output.dense")}  # fmt: skip
+        expected = {
+            f"{_PREFIX}encoder.layer.{i}.{part}"
+            for i in range(_LAYERS)
+            for part in (
+                "attention.self.query",
+                "attention.self.key",
+                "attention.self.value",
+                "attention.output.dense",
+                "intermediate.dense",
+                "output.dense",
+            )
+        }
         if set(self.weights) != expected:
             raise ModelUnavailable("the model file does not have the layers of all-MiniLM-L6-v2")
         self.tokenizer = tokenizer
@@ -347,15 +356,19 @@ class MiniLM:
             scores /= scores.sum(-1, keepdims=True)
             context = np.ascontiguousarray((scores @ v).transpose(1, 0, 2).reshape(n, DIMENSIONS))
             out = (w[_PREFIX + p + "attention.output.dense"] @ context.T).T + self._a(p + "attention.output.dense.bias")
-            x = _layer_norm(out + x, self._a(p + "attention.output.LayerNorm.weight"),
-                            self._a(p + "attention.output.LayerNorm.bias"))  # fmt: skip
+            x = _layer_norm(
+                out + x,
+                self._a(p + "attention.output.LayerNorm.weight"),
+                self._a(p + "attention.output.LayerNorm.bias"),
+            )
             h = (w[_PREFIX + p + "intermediate.dense"] @ x.T).T + self._a(p + "intermediate.dense.bias")
             h = h * np.float32(0.5) * (np.float32(1.0) + _erf(h * np.float32(1.0 / math.sqrt(2.0))))
             out = (w[_PREFIX + p + "output.dense"] @ h.T).T + self._a(p + "output.dense.bias")
             x = _layer_norm(out + x, self._a(p + "output.LayerNorm.weight"), self._a(p + "output.LayerNorm.bias"))
         pooled = x.mean(axis=0)
         norm = float(np.linalg.norm(pooled))
-        return (pooled / norm if norm > 0 else pooled).astype(np.float32)
+        vector: Vector = (pooled / norm if norm > 0 else pooled).astype(np.float32)
+        return vector
 
 
 def _layer_norm(x: Any, weight: Any, bias: Any) -> Any:
@@ -373,8 +386,14 @@ def _erf(x: Any) -> Any:
     sign = np.sign(x)
     a = np.abs(x)
     t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.3275911) * a)
-    poly = ((((np.float32(1.061405429) * t - np.float32(1.453152027)) * t + np.float32(1.421413741)) * t
-             - np.float32(0.284496736)) * t + np.float32(0.254829592)) * t  # fmt: skip
+    poly = (
+        (
+            ((np.float32(1.061405429) * t - np.float32(1.453152027)) * t + np.float32(1.421413741)) * t
+            - np.float32(0.284496736)
+        )
+        * t
+        + np.float32(0.254829592)
+    ) * t
     return sign * (np.float32(1.0) - poly * np.exp(-a * a))
 
 

@@ -9,6 +9,7 @@ so the control server's event loop never waits on them; the self-check runs in t
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import threading
@@ -220,7 +221,7 @@ class LocalService:
                     framework=str(body.get("framework") or ""),
                     metadata=metadata,
                     now=self._clock(),
-                )  # fmt: skip
+                )
             )
         except StoreError as exc:
             log_event("local.store_failed", route="match", error=str(exc)[:300])
@@ -233,9 +234,16 @@ class LocalService:
             raise StoreError(f"scenario {hit.scenario_id} vanished while it matched")
         ticket = f"tkt_{secrets.token_hex(12)}"
         self.store.issue_ticket(
-            ticket, scenario_id=row.id, run_id=row.run_id, project=project, prompt=prompt, rule=hit.rule,
-            similarity=hit.similarity, params=hit.values, now=self._clock(),
-        )  # fmt: skip
+            ticket,
+            scenario_id=row.id,
+            run_id=row.run_id,
+            project=project,
+            prompt=prompt,
+            rule=hit.rule,
+            similarity=hit.similarity,
+            params=hit.values,
+            now=self._clock(),
+        )
         log_event("local.matched", scenario_id=row.id, rule=hit.rule, similarity=hit.similarity)
         return {
             "id": None,
@@ -316,9 +324,11 @@ class LocalService:
             return 404, {"error": "run not found"}
         return 200, {
             "run": {"id": run.id, "input": run.input, "createdAt": run.created_at, "finished": run.finish is not None},
-            "steps": [{"stepIndex": s.step_index, "toolName": s.tool_name, "toolOutput": s.body.get("toolOutput")}
-                      for s in steps],
-        }  # fmt: skip
+            "steps": [
+                {"stepIndex": s.step_index, "toolName": s.tool_name, "toolOutput": s.body.get("toolOutput")}
+                for s in steps
+            ],
+        }
 
     # --- calculation --------------------------------------------------------------------------------
 
@@ -361,13 +371,17 @@ class LocalService:
                 calc_version=CALC_VERSION,
                 bump_revision=True,
                 now=self._clock(),
-            )  # fmt: skip
+            )
         )
         log_event(
-            "local.calculated", run_id=run_id, scenario_id=scenario_id, state=verdict.state,
-            steps=len(draft.steps), excluded=len(draft.excluded),
+            "local.calculated",
+            run_id=run_id,
+            scenario_id=scenario_id,
+            state=verdict.state,
+            steps=len(draft.steps),
+            excluded=len(draft.excluded),
             reason=None if verdict.reason is None else cut_counted(str(verdict.reason.get("message")), 300),
-        )  # fmt: skip
+        )
         return row
 
     # --- scenarios ----------------------------------------------------------------------------------
@@ -384,7 +398,9 @@ class LocalService:
     async def list_runs(self) -> Answer:
         try:
             runs = await self._thread(lambda: self.store.runs(None if self.scope == "user" else self.project))
-            scenarios = {r.id: await self._thread(lambda r=r: self.store.scenario_of_run(r.id)) for r in runs}
+            scenarios: dict[str, ScenarioRow | None] = {}
+            for run in runs:
+                scenarios[run.id] = await self._thread(functools.partial(self.store.scenario_of_run, run.id))
         except StoreError as exc:
             return _store_error(exc)
         out = []
@@ -426,8 +442,12 @@ class LocalService:
             return await self.recalculate(existing.id, {"discardEdits": body.get("discardEdits") is True})
         row = await self.calculate_run(run_id)
         assert row is not None
-        return 202, {"scenarioId": row.id, "state": row.state, "chainRevision": row.chain_revision,
-                     "reason": row.reason}  # fmt: skip
+        return 202, {
+            "scenarioId": row.id,
+            "state": row.state,
+            "chainRevision": row.chain_revision,
+            "reason": row.reason,
+        }
 
     async def recalculate(self, scenario_id: str, body: object) -> Answer:
         discard = isinstance(body, dict) and body.get("discardEdits") is True
@@ -438,8 +458,12 @@ class LocalService:
             return 409, {"error": "scenario_has_edits", "scenarioId": scenario_id}
         new = await self.calculate_run(row.run_id, discard_edits=discard)
         assert new is not None
-        return 202, {"scenarioId": new.id, "state": new.state, "chainRevision": new.chain_revision,
-                     "reason": new.reason}  # fmt: skip
+        return 202, {
+            "scenarioId": new.id,
+            "state": new.state,
+            "chainRevision": new.chain_revision,
+            "reason": new.reason,
+        }
 
     # --- derivation and booking -----------------------------------------------------------------------
 
@@ -476,7 +500,7 @@ class LocalService:
                     measured=decision.measured,
                     report=body,
                     now=self._clock(),
-                )  # fmt: skip
+                )
             )
         except StoreError as exc:
             log_event("local.store_failed", route="executions", error=str(exc)[:300])
@@ -536,8 +560,14 @@ class LocalService:
             problems = [] if no_change else await self._problems(row, edits.with_step(row.body, index, after))
         except SandboxDown:
             return 503, {"error": "logic_sandbox_unavailable"}
-        report = {"scenarioId": scenario_id, "stepIndex": index, "chainRevision": row.chain_revision,
-                  "ok": not problems, "noChange": no_change, "problems": problems}  # fmt: skip
+        report = {
+            "scenarioId": scenario_id,
+            "stepIndex": index,
+            "chainRevision": row.chain_revision,
+            "ok": not problems,
+            "noChange": no_change,
+            "problems": problems,
+        }
         if not save:
             return 200, report
         if no_change:
@@ -553,24 +583,33 @@ class LocalService:
         revision = await self._thread(
             lambda: self.store.update_scenario_body(scenario_id, edits.with_step(row.body, index, after))
         )
-        entry = edits.entry("edit", index, before, after, note=change.get("note"), forced=bool(problems and forced),
-                            revision=revision)  # fmt: skip
+        entry = edits.entry(
+            "edit", index, before, after, note=change.get("note"), forced=bool(problems and forced), revision=revision
+        )
         saved = await self._thread(
             lambda: self.store.add_edit(
                 scenario_id, kind="edit", step_index=index, entry=entry, before=before, after=after
             )
         )
         report["chainRevision"] = revision
-        return 200, {"saved": True, "forced": saved.entry["forced"], "edit": saved.entry, "chainRevision": revision,
-                     "report": report}  # fmt: skip
+        return 200, {
+            "saved": True,
+            "forced": saved.entry["forced"],
+            "edit": saved.entry,
+            "chainRevision": revision,
+            "report": report,
+        }
 
     async def list_edits(self, scenario_id: str) -> Answer:
         row = await self._thread(lambda: self.store.scenario(scenario_id))
         if row is None:
             return 404, {"error": "not_found"}
         history = await self._thread(lambda: self.store.edits(scenario_id))
-        return 200, {"scenarioId": scenario_id, "chainRevision": row.chain_revision,
-                     "edits": [e.entry for e in reversed(history)]}  # fmt: skip
+        return 200, {
+            "scenarioId": scenario_id,
+            "chainRevision": row.chain_revision,
+            "edits": [e.entry for e in reversed(history)],
+        }
 
     async def revert(self, scenario_id: str, edit_id: str, body: object) -> Answer:
         body = body if isinstance(body, dict) else {}
@@ -606,13 +645,14 @@ class LocalService:
             previous = next((e for e in history if e.id == target.entry["undoes"]), None)
             if previous is not None:
                 await self._thread(lambda: self.store.update_edit(previous.id, {**previous.entry, "undone": False}))
-        entry = edits.entry("undo", index, current, restored, note=body.get("note"), forced=forced and breaks,
-                            revision=revision)  # fmt: skip
+        entry = edits.entry(
+            "undo", index, current, restored, note=body.get("note"), forced=forced and breaks, revision=revision
+        )
         entry["undoes"] = edit_id
         saved = await self._thread(
             lambda: self.store.add_edit(
                 scenario_id, kind="undo", step_index=index, entry=entry, before=current, after=restored
-            )  # fmt: skip
+            )
         )
         return 200, {"undone": edit_id, "edit": saved.entry, "chainRevision": revision}
 
@@ -630,14 +670,26 @@ class LocalService:
         prompt = body["prompt"][:MAX_INPUT_CHARS]
         values = await self._thread(lambda: match.derive_values(row.template or {}, match.samples_of(row.body), prompt))
         params = {**(values or {}), **given}
-        answer: dict[str, Any] = {"scenarioId": scenario_id, "prompt": prompt, "dry": True,
-                                  "derived": bool(values), "costUsd": 0.0}  # fmt: skip
+        answer: dict[str, Any] = {
+            "scenarioId": scenario_id,
+            "prompt": prompt,
+            "dry": True,
+            "derived": bool(values),
+            "costUsd": 0.0,
+        }
         specs = row.body.get("paramsObject") or {}
         missing = [n for n, s in specs.items() if isinstance(s, dict) and s.get("role") == "target" and n not in params]
         if missing:
             error = {"stage": "params", "message": f"no value for target parameter {', '.join(missing)}"}
-            return 200, {**answer, "ok": False, "params": params, "missing": missing, "steps": [],
-                         "responseModel": None, "error": error}  # fmt: skip
+            return 200, {
+                **answer,
+                "ok": False,
+                "params": params,
+                "missing": missing,
+                "steps": [],
+                "responseModel": None,
+                "error": error,
+            }
         steps = row.body.get("steps") or []
         outputs = [(s.get("sample") or {}).get("toolOutput") for s in steps]
         try:
@@ -652,9 +704,14 @@ class LocalService:
         """Which scenario ``prompt`` would match, by which rule, with which values — or why none did."""
         found = await self._thread(lambda: self.find(prompt, self.project, wait_for_model=5.0))
         if isinstance(found, match.Hit):
-            return {"matched": True, "scenarioId": found.scenario_id, "rule": found.rule,
-                    "similarity": found.similarity, "params": found.values,
-                    "considered": [c.wire() for c in found.considered]}  # fmt: skip
+            return {
+                "matched": True,
+                "scenarioId": found.scenario_id,
+                "rule": found.rule,
+                "similarity": found.similarity,
+                "params": found.values,
+                "considered": [c.wire() for c in found.considered],
+            }
         return {"matched": False, "embedding": found.embedding, "considered": [c.wire() for c in found.considered]}
 
     async def stats(self, *, project: str | None = None) -> dict[str, Any]:
@@ -663,7 +720,8 @@ class LocalService:
 
 
 def derived_params(body: Mapping[str, Any], values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Every parameter's value: the slot values; settings fall back to their samples; a target without one is missing."""
+    """Every parameter's value: the slot values; settings fall back to their samples; a target without one is
+    missing."""
     params: dict[str, Any] = {}
     missing: list[str] = []
     for name, spec in (body.get("paramsObject") or {}).items():
@@ -718,7 +776,7 @@ async def opened(
     path = store_path or default_path(home if home is not None else config.home())
     store = await to_thread.run_sync(lambda: Store(path))
     try:
-        resolved = None if project is None else str(Path(project).resolve())
+        resolved = None if project is None else await to_thread.run_sync(lambda: str(Path(project).resolve()))
         async with LocalService(store, project=resolved, pool=pool, embedder=embedder) as service:
             yield service
     finally:

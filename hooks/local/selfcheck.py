@@ -159,6 +159,6 @@ async def check(pool: Evaluator, scenario_id: str, draft: Draft) -> Verdict:
         return Verdict(
             "not_ready", reason, serialized(scenario_id, draft, state="not_ready", reason=reason, samples=[])
         )
-    reason = mismatch([s.recorded_input for s in draft.steps], run, [s.tool_name for s in draft.steps])
-    state = "ready" if reason is None else "not_ready"
-    return Verdict(state, reason, serialized(scenario_id, draft, state=state, reason=reason, samples=run.samples))
+    found = mismatch([s.recorded_input for s in draft.steps], run, [s.tool_name for s in draft.steps])
+    state = "ready" if found is None else "not_ready"
+    return Verdict(state, found, serialized(scenario_id, draft, state=state, reason=found, samples=run.samples))

@@ -569,9 +569,15 @@ class Store:
                 ),
             )
             return EditRow(
-                edit_id, scenario_id, seq, kind, step_index, full,
-                None if before is None else dict(before), None if after is None else dict(after),
-            )  # fmt: skip
+                edit_id,
+                scenario_id,
+                seq,
+                kind,
+                step_index,
+                full,
+                None if before is None else dict(before),
+                None if after is None else dict(after),
+            )
 
         return self._write(write)
 
@@ -610,8 +616,8 @@ class Store:
         stamp = time.time() if now is None else now
         self._write(
             lambda c: c.execute(
-                "INSERT INTO tickets (ticket, scenario_id, run_id, project, prompt, rule, similarity, params, issued_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO tickets (ticket, scenario_id, run_id, project, prompt, rule, similarity, params, "
+                "issued_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (ticket, scenario_id, run_id, project, prompt, rule, similarity, _dumps(dict(params)), stamp),
             )
         )
@@ -668,8 +674,8 @@ class Store:
                 return "ticket_unknown"
             try:
                 conn.execute(
-                    "INSERT INTO executions (ticket, scenario_id, project, outcome, ledger, measured, report, booked_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO executions (ticket, scenario_id, project, outcome, ledger, measured, report, "
+                    "booked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (ticket, scenario_id, row[1], outcome, ledger, int(measured), text, stamp),
                 )
             except sqlite3.IntegrityError:

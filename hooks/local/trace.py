@@ -21,6 +21,7 @@ cannot be calculated; so does an input the recorder redacted or capped.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -180,10 +181,42 @@ class OutputIndex:
 
 # --- rules for a list crossing ---------------------------------------------------------------------
 
-_MAX_CUES: Final = frozenset({"highest", "most", "max", "maximum", "largest", "biggest", "top", "greatest", "worst",
-                              "hottest", "busiest", "longest", "heaviest", "newest", "latest", "best"})  # fmt: skip
-_MIN_CUES: Final = frozenset({"lowest", "least", "min", "minimum", "smallest", "fewest", "bottom", "cheapest",
-                              "shortest", "lightest", "oldest", "earliest"})  # fmt: skip
+_MAX_CUES: Final = frozenset(
+    {
+        "highest",
+        "most",
+        "max",
+        "maximum",
+        "largest",
+        "biggest",
+        "top",
+        "greatest",
+        "worst",
+        "hottest",
+        "busiest",
+        "longest",
+        "heaviest",
+        "newest",
+        "latest",
+        "best",
+    }
+)
+_MIN_CUES: Final = frozenset(
+    {
+        "lowest",
+        "least",
+        "min",
+        "minimum",
+        "smallest",
+        "fewest",
+        "bottom",
+        "cheapest",
+        "shortest",
+        "lightest",
+        "oldest",
+        "earliest",
+    }
+)
 
 
 def _numeric_fields(rows: Sequence[Any]) -> list[str]:
@@ -229,13 +262,17 @@ def choose_rule(candidates: Sequence[Rule], prompt_words: Sequence[str]) -> Rule
     for rule in candidates:
         if isinstance(rule, tuple):
             direction, name = rule
-            named = any(any(w.startswith(fw) or fw.startswith(w) for w in prompt_words if len(w) >= 4)
-                        for fw in _field_words(name))  # fmt: skip
+            named = any(
+                any(w.startswith(fw) or fw.startswith(w) for w in prompt_words if len(w) >= 4)
+                for fw in _field_words(name)
+            )
             if not named:
                 continue
-            if (direction == "max" and wants_max and not wants_min) or (direction == "min" and wants_min):
-                ranked.append(rule)
-            elif not wants_max and not wants_min:
+            if (
+                (direction == "max" and wants_max and not wants_min)
+                or (direction == "min" and wants_min)
+                or (not wants_max and not wants_min)
+            ):
                 ranked.append(rule)
     if len(ranked) == 1:
         return ranked[0]
@@ -527,11 +564,11 @@ class Tracer:
             for value in index.strings:
                 if len(value) >= MIN_TEMPLATE_OUTPUT_CHARS and value in text and value != text:
                     try:
-                        ref = self._from_outputs(value, before, "value")
+                        threaded = self._from_outputs(value, before, "value")
                     except Untraceable:
                         continue
-                    if ref is not None:
-                        candidates.append((value, ref))
+                    if threaded is not None:
+                        candidates.append((value, threaded))
         if not candidates:
             return None
         parts: list[str | ParamRef | OutRef] = []
@@ -545,14 +582,17 @@ class Tracer:
                 literal += text[i]
                 i += 1
                 continue
-            ref = hit[1]
-            if isinstance(ref, str):
-                made = self._prompt_param(ref, "value", programs)
+            found = hit[1]
+            ref: ParamRef | OutRef
+            if isinstance(found, str):
+                made = self._prompt_param(found, "value", programs)
                 if made is None:
                     literal += text[i]
                     i += 1
                     continue
                 ref = made
+            else:
+                ref = found
             if literal:
                 parts.append(literal)
                 literal = ""
@@ -580,8 +620,11 @@ class Tracer:
         """
         if isinstance(step.input, str):
             raise Untraceable("its input was recorded as capped text (it was too large), so it cannot be rebuilt")
-        programs = _program_words(step.input.get("command", "")) if isinstance(step.input, dict) and isinstance(
-            step.input.get("command"), str) else set()  # fmt: skip
+        programs = (
+            _program_words(step.input.get("command", ""))
+            if isinstance(step.input, dict) and isinstance(step.input.get("command"), str)
+            else set()
+        )
         return self._trace(step.input, (), before, programs)
 
     def _trace(self, value: Any, path: tuple[str, ...], before: int, programs: set[str]) -> Expr:
@@ -628,7 +671,7 @@ class Tracer:
             return
         folded = value.casefold()
         said = [w.strip(".,;:!?\"'()[]{}").casefold() for w in self.prompt.split()]
-        phrases = set(said) | {a + j + b for a, b in zip(said, said[1:], strict=False) for j in ("-", "_", "")}
+        phrases = set(said) | {a + j + b for a, b in itertools.pairwise(said) for j in ("-", "_", "")}
         if folded in phrases:
             # The prompt's own words, joined: the same value, not a transformation of it.
             return

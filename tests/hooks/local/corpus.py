@@ -24,14 +24,19 @@ def mcp(value: object, *, is_error: bool = False) -> str:
 
 
 def bash(stdout: str, stderr: str = "") -> str:
-    return json.dumps({"stdout": stdout, "stderr": stderr, "interrupted": False, "isImage": False,
-                       "noOutputExpected": False})  # fmt: skip
+    return json.dumps(
+        {"stdout": stdout, "stderr": stderr, "interrupted": False, "isImage": False, "noOutputExpected": False}
+    )
 
 
 def read(path: str, content: str) -> str:
     lines = content.count("\n") + 1
-    return json.dumps({"type": "text", "file": {"filePath": path, "content": content, "numLines": lines,
-                                                "startLine": 1, "totalLines": lines}})  # fmt: skip
+    return json.dumps(
+        {
+            "type": "text",
+            "file": {"filePath": path, "content": content, "numLines": lines, "startLine": 1, "totalLines": lines},
+        }
+    )
 
 
 def step(tool: str, tool_input: dict[str, Any], output: str, error: str | None = None) -> dict[str, Any]:
@@ -142,7 +147,7 @@ CASES: list[Case] = [
                 "Bash",
                 {"command": "git show --stat 3f9c2ab", "description": "what changed"},
                 bash(" README.md | 2 +-\n 1 file changed"),
-            ),  # fmt: skip
+            ),
         ],
         ready=True,
         replay=Replay(
@@ -176,7 +181,7 @@ CASES: list[Case] = [
                 "Edit",
                 {"file_path": "/work/proj/README.md", "old_string": "teh", "new_string": "the"},
                 json.dumps({"filePath": "/work/proj/README.md"}),
-            ),  # fmt: skip
+            ),
         ],
         ready=True,
         excluded=("Edit",),
@@ -191,7 +196,7 @@ CASES: list[Case] = [
                 "Bash",
                 {"command": "git commit -am 'Fleet: retry the device list once'", "description": "commit"},
                 bash("[main 1a2b3c4] Fleet: retry the device list once"),
-            ),  # fmt: skip
+            ),
         ],
         ready=True,
         excluded=("Bash",),
@@ -206,17 +211,17 @@ CASES: list[Case] = [
                 {"file_path": "/work/proj/thresholds.json"},
                 json.dumps({"error": "File does not exist."}),
                 error="File does not exist.",
-            ),  # fmt: skip
+            ),
             step(
                 "Glob",
                 {"pattern": "**/thresholds*.json"},
                 json.dumps({"filenames": ["/work/proj/config/thresholds.json"], "numFiles": 1}),
-            ),  # fmt: skip
+            ),
             step(
                 "Read",
                 {"file_path": "/work/proj/config/thresholds.json"},
                 read("/work/proj/config/thresholds.json", THRESHOLDS),
-            ),  # fmt: skip
+            ),
         ],
         ready=True,
         excluded=("Read",),
@@ -236,12 +241,12 @@ CASES: list[Case] = [
                 "Grep",
                 {"pattern": "deviceTimeout", "output_mode": "files_with_matches"},
                 json.dumps({"mode": "files_with_matches", "filenames": [], "numFiles": 0}),
-            ),  # fmt: skip
+            ),
             step(
                 "Grep",
                 {"pattern": "device_timeout", "output_mode": "files_with_matches"},
                 json.dumps({"mode": "files_with_matches", "filenames": ["/work/proj/fleet.py"], "numFiles": 1}),
-            ),  # fmt: skip
+            ),
         ],
         ready=True,
         excluded=("Grep",),
@@ -250,16 +255,14 @@ CASES: list[Case] = [
     Case(
         "hostile_values_stay_data",
         "run the banner script",
-        [
-            step("mcp__shell__run", {"script": "banner", "args": [HOSTILE], "env": {"</script>": "`${x}`"}}, mcp("ok"))
-        ],  # fmt: skip
+        [step("mcp__shell__run", {"script": "banner", "args": [HOSTILE], "env": {"</script>": "`${x}`"}}, mcp("ok"))],
         ready=True,
         replay=Replay(
             "run the banner script",
             {"script": "banner"},
             [mcp("ok")],
             [{"script": "banner", "args": [HOSTILE], "env": {"</script>": "`${x}`"}}],
-        ),  # fmt: skip
+        ),
     ),
     Case(
         "hostile_field_names_on_an_output_path",
@@ -322,7 +325,7 @@ CASES: list[Case] = [
                     "noon and the on-call engineer restarted them by hand.",
                 },
                 mcp({"ticket": "TCK-31337"}),
-            ),  # fmt: skip
+            ),
             step("mcp__tracker__label", {"ticket": "TCK-31337", "label": "urgent"}, mcp("ok")),
         ],
         ready=False,

@@ -25,8 +25,12 @@ def main() -> None:
         sys.stdout.write(f"run {run_id}\n")
         sys.stdout.flush()
         ticket = f"tkt_{i % 50}"
-        if store.book(ticket, "scn_shared", outcome="steered_full", ledger="savings", measured=True,
-                      report={"by": name}) == "booked":  # fmt: skip
+        if (
+            store.book(
+                ticket, "scn_shared", outcome="steered_full", ledger="savings", measured=True, report={"by": name}
+            )
+            == "booked"
+        ):
             sys.stdout.write(f"booked {ticket}\n")
             sys.stdout.flush()
     store.close()

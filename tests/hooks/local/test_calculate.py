@@ -3,6 +3,7 @@ real pool and a replay on new data that gives the right inputs, or not ready wit
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -75,7 +76,8 @@ async def test_an_output_rule_that_no_longer_holds_fails_closed(pool: EvaluatorP
 async def test_a_tie_for_the_highest_value_on_new_data_fails_closed(pool: EvaluatorPool) -> None:
     case = next(c for c in CASES if c.name == "list_pick_detail")
     verdict = await check(pool, "scn_case", draft_scenario(case.prompt, recorded_steps(case.bodies())))
-    tie = '{"content": [{"type": "text", "text": "[{\\"id\\": \\"a\\", \\"risk\\": 5}, {\\"id\\": \\"b\\", \\"risk\\": 5}]"}]}'
+    rows = [{"id": "a", "risk": 5}, {"id": "b", "risk": 5}]
+    tie = json.dumps({"content": [{"type": "text", "text": json.dumps(rows)}]})
     run = await dry_run(pool, verdict.scenario, {"region": "x"}, [tie, "{}"])
     assert not run.ok
     assert run.error is not None
@@ -87,8 +89,9 @@ def test_housekeeping_failures_and_model_written_steps_are_sorted_out_with_their
     kept, excluded = sort_steps(case.prompt, recorded_steps(case.bodies()))
     assert [s.tool for s in kept] == ["Glob", "Read"]
     assert excluded[0].why.startswith("it failed")
-    bir_call = recorded_steps([{"stepIndex": 0, "toolName": "Bash", "toolInput": {"command": "bir scenario list"},
-                                "toolOutput": "{}"}])  # fmt: skip
+    bir_call = recorded_steps(
+        [{"stepIndex": 0, "toolName": "Bash", "toolInput": {"command": "bir scenario list"}, "toolOutput": "{}"}]
+    )
     assert sort_steps("x", bir_call)[1][0].why == "it is bir's own housekeeping"
 
 

@@ -27,7 +27,7 @@ def test_a_vector_is_normalized_and_close_texts_are_closer_than_unrelated_ones()
     assert a.shape == (DIMENSIONS,)
     assert abs(float(a @ a) - 1.0) < 1e-5
     assert float(a @ b) > 0.8 > float(a @ c)
-    assert float((model.embed("list the open incidents for fleet eu-west") @ a)) == pytest.approx(1.0, abs=1e-6)
+    assert float(model.embed("list the open incidents for fleet eu-west") @ a) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_an_embedder_answers_none_until_loaded_and_a_failed_load_is_said_not_raised() -> None:
@@ -37,7 +37,8 @@ def test_an_embedder_answers_none_until_loaded_and_a_failed_load_is_said_not_rai
     embedder = Embedder(load=broken)
     assert embedder.embed("x") is None
     assert embedder.wait(10.0) is False
-    assert embedder.error is not None and "pinned" in embedder.error
+    assert embedder.error is not None
+    assert "pinned" in embedder.error
 
 
 @pytest.mark.parametrize("module", ["bir.hooks.hook_client", "bir.proxy.cli", "bir.proxy.scenario_server"])

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
+from bir.benchmarks.match_corpus import PAIRS, corpus_index, scenario_of
 from bir.hooks.local import match
 from bir.hooks.local.embed import MiniLM
-from bir.benchmarks.match_corpus import PAIRS, corpus_index, scenario_of
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[MiniLM]:
-    yield MiniLM.load()
+def model() -> MiniLM:
+    return MiniLM.load()
 
 
 @pytest.fixture(scope="module")

@@ -33,10 +33,23 @@ def mcp(value: object) -> str:
 
 
 def finish_body() -> dict[str, Any]:
-    usage = [{"model": "claude-opus-4-6", "inputTokens": 900, "outputTokens": 100, "cacheCreationInputTokens": 0,
-              "cacheReadInputTokens": 4000}]  # fmt: skip
-    return {"output": "done", "durationMs": 8000, "usage": usage, "costUsd": 0.0092, "measured": True,
-            "pricingVersion": PRICING_VERSION}  # fmt: skip
+    usage = [
+        {
+            "model": "claude-opus-4-6",
+            "inputTokens": 900,
+            "outputTokens": 100,
+            "cacheCreationInputTokens": 0,
+            "cacheReadInputTokens": 4000,
+        }
+    ]
+    return {
+        "output": "done",
+        "durationMs": 8000,
+        "usage": usage,
+        "costUsd": 0.0092,
+        "measured": True,
+        "pricingVersion": PRICING_VERSION,
+    }
 
 
 @dataclass
@@ -57,8 +70,10 @@ class Backend:
         if not self.recorded:
             await self._record()
         answer = await self.client.match("run_probe", prompt, {"cwd": "/p"})
-        assert answer is not None and answer.matched is not None
-        assert answer.matched.scenario_id is not None and answer.matched.execution_ticket is not None
+        assert answer is not None
+        assert answer.matched is not None
+        assert answer.matched.scenario_id is not None
+        assert answer.matched.execution_ticket is not None
         return answer.matched.scenario_id, answer.matched.execution_ticket
 
     async def _record(self) -> None:
@@ -67,11 +82,24 @@ class Backend:
         assert await self.client.match("run_rec", PROMPT, {"cwd": "/p"}) is None
         rows = list_devices_in("eu-west-1")
         top = max(rows, key=lambda r: r["risk"])
-        await self.client.post_step("run_rec", {"stepIndex": 0, "toolName": "mcp__fleet__list_devices",
-                                                "toolInput": {"region": "eu-west-1"}, "toolOutput": mcp(rows)})
-        await self.client.post_step("run_rec", {"stepIndex": 1, "toolName": "mcp__fleet__get_device",
-                                                "toolInput": {"id": top["id"]},
-                                                "toolOutput": mcp(device_by_id(top["id"]))})  # fmt: skip
+        await self.client.post_step(
+            "run_rec",
+            {
+                "stepIndex": 0,
+                "toolName": "mcp__fleet__list_devices",
+                "toolInput": {"region": "eu-west-1"},
+                "toolOutput": mcp(rows),
+            },
+        )
+        await self.client.post_step(
+            "run_rec",
+            {
+                "stepIndex": 1,
+                "toolName": "mcp__fleet__get_device",
+                "toolInput": {"id": top["id"]},
+                "toolOutput": mcp(device_by_id(top["id"])),
+            },
+        )
         await self.client.finish_run("run_rec", finish_body())
         assert await self.local.idle()
 
@@ -104,8 +132,9 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path, pool: Evaluato
 async def test_a_miss_creates_the_run_and_its_steps_are_kept_in_step_order(backend: Backend) -> None:
     assert await backend.client.match("run_1", "something new", {"cwd": "/p"}) is None
     for index in (2, 0, 1):
-        result = await backend.client.post_step("run_1", {"stepIndex": index, "toolName": "Read", "toolInput": {},
-                                                          "toolOutput": "{}"})  # fmt: skip
+        result = await backend.client.post_step(
+            "run_1", {"stepIndex": index, "toolName": "Read", "toolInput": {}, "toolOutput": "{}"}
+        )
         assert result.status == "recorded"
     assert backend.steps_of("run_1") == [0, 1, 2]
 
@@ -121,10 +150,12 @@ async def test_a_step_or_finish_for_an_unknown_run_is_an_answer_and_a_second_fin
 
 
 async def test_a_hit_carries_a_ready_scenario_and_a_ticket_and_creates_no_run(backend: Backend) -> None:
-    scenario_id, ticket = await backend.hit("show the details of the riskiest device in us-east-1")
+    scenario_id, _ = await backend.hit("show the details of the riskiest device in us-east-1")
     answer = await backend.client.match("run_3", "show the details of the riskiest device in us-east-1", {})
-    assert answer is not None and answer.matched is not None
-    assert answer.matched.scenario is not None and answer.matched.scenario.state in (None, "ready")
+    assert answer is not None
+    assert answer.matched is not None
+    assert answer.matched.scenario is not None
+    assert answer.matched.scenario.state in (None, "ready")
     assert answer.matched.scenario.steps
     assert (await backend.client.post_step("run_3", {"stepIndex": 0, "toolName": "Read"})).status == "unknown_run"
     scenario = await backend.client.get_scenario(scenario_id)
@@ -135,8 +166,16 @@ async def test_a_ticket_books_once_an_unknown_one_is_refused_and_a_costless_repo
     backend: Backend,
 ) -> None:
     scenario_id, ticket = await backend.hit("show the details of the riskiest device in sa-east-1")
-    body = {"ticket": ticket, "outcome": "steered_full", "deriveCostUsd": 0.0, "sessionCostUsd": 0.002,
-            "fallbackCostUsd": 0.0, "durationMs": 1500, "measured": True, "pricingVersion": PRICING_VERSION}  # fmt: skip
+    body = {
+        "ticket": ticket,
+        "outcome": "steered_full",
+        "deriveCostUsd": 0.0,
+        "sessionCostUsd": 0.002,
+        "fallbackCostUsd": 0.0,
+        "durationMs": 1500,
+        "measured": True,
+        "pricingVersion": PRICING_VERSION,
+    }
     assert (await backend.client.report_execution(scenario_id, body)).status == "booked"
     assert (await backend.client.report_execution(scenario_id, body)).status == "duplicate"
     unknown = {**body, "ticket": "tkt_never_issued"}
@@ -151,8 +190,9 @@ async def test_the_outbox_delivers_a_runs_steps_then_its_finish(backend: Backend
     box = Outbox(tmp_path / "outbox", backend.client, policy=Policy(backoff_base_s=0.02, backoff_cap_s=0.1))
     async with box.running():
         for i in range(3):
-            assert box.enqueue_step("run_4", i, {"stepIndex": i, "toolName": "Read", "toolInput": {},
-                                                 "toolOutput": "{}"})  # fmt: skip
+            assert box.enqueue_step(
+                "run_4", i, {"stepIndex": i, "toolName": "Read", "toolInput": {}, "toolOutput": "{}"}
+            )
         assert box.enqueue_finish("run_4", finish_body())
         assert await box.flush(10.0)
     assert backend.steps_of("run_4") == [0, 1, 2]
@@ -160,24 +200,30 @@ async def test_the_outbox_delivers_a_runs_steps_then_its_finish(backend: Backend
 
 
 async def test_a_full_local_store_answers_503_so_the_outbox_tries_again(tmp_path: Path, pool: EvaluatorPool) -> None:
-    async with open_local_service(tmp_path, project="/p", pool=pool) as local, ServiceClient(
-        local.base_url, "local", transport=local.transport
-    ) as client:
+    async with (
+        open_local_service(tmp_path, project="/p", pool=pool) as local,
+        ServiceClient(local.base_url, "local", transport=local.transport) as client,
+    ):
         assert await client.match("run_5", "a prompt", {}) is None
         with local.service.store.raw() as conn:
             pages = conn.execute("PRAGMA page_count").fetchone()[0]
             conn.execute(f"PRAGMA max_page_count = {pages}")
-        with pytest.raises(ServiceError) as caught:
-            for i in range(50):
+        statuses = []
+        for i in range(50):
+            try:
                 await client.post_step("run_5", {"stepIndex": i, "toolName": "Read", "toolOutput": "x" * 20_000})
-        assert caught.value.status == 503
+            except ServiceError as exc:
+                statuses.append(exc.status)
+                break
+        assert statuses == [503]
         assert local.service.store.run("run_5") is not None
 
 
 async def test_derivation_answers_the_slot_values_at_no_cost(tmp_path: Path, pool: EvaluatorPool) -> None:
-    async with open_local_service(tmp_path, project="/p", pool=pool) as local, ServiceClient(
-        local.base_url, "local", transport=local.transport
-    ) as client:
+    async with (
+        open_local_service(tmp_path, project="/p", pool=pool) as local,
+        ServiceClient(local.base_url, "local", transport=local.transport) as client,
+    ):
         backend = Backend("local", client, local=local.service)
         scenario_id, _ = await backend.hit("show the details of the riskiest device in us-east-1")
         answer = await client.derive(scenario_id, "show the details of the riskiest device in ap-southeast-2")

@@ -22,8 +22,16 @@ WRITER = [sys.executable, "-m", "tests.hooks.local.store_writer"]
 
 def _tickets(store: Store, n: int = 50) -> None:
     for i in range(n):
-        store.issue_ticket(f"tkt_{i}", scenario_id="scn_shared", run_id=None, project="/p", prompt="p",
-                           rule="slot", similarity=1.0, params={})  # fmt: skip
+        store.issue_ticket(
+            f"tkt_{i}",
+            scenario_id="scn_shared",
+            run_id=None,
+            project="/p",
+            prompt="p",
+            rule="slot",
+            similarity=1.0,
+            params={},
+        )
 
 
 def test_a_new_store_is_created_at_the_current_version_with_its_application_id(tmp_path: Path) -> None:
@@ -97,7 +105,7 @@ def test_a_corrupt_store_is_refused_with_a_clear_message_and_kept(tmp_path: Path
     data[8192 : 8192 + 20000] = b"\xff" * 20000
     path.write_bytes(bytes(data))
     before = path.read_bytes()
-    with pytest.raises(StoreError, match="corrupt|cannot be read"):
+    with pytest.raises(StoreError, match=r"corrupt|cannot be read"):
         Store(path)
     assert path.read_bytes() == before
 
@@ -105,8 +113,13 @@ def test_a_corrupt_store_is_refused_with_a_clear_message_and_kept(tmp_path: Path
 def test_a_ticket_is_redeemed_once_and_an_unknown_one_is_refused(tmp_path: Path) -> None:
     store = Store(tmp_path / "store.db")
     _tickets(store, 1)
-    assert store.book("tkt_0", "scn_shared", outcome="steered_full", ledger="savings", measured=True, report={}) == "booked"
-    assert store.book("tkt_0", "scn_shared", outcome="failed", ledger="baseline", measured=True, report={}) == "duplicate"
+    assert (
+        store.book("tkt_0", "scn_shared", outcome="steered_full", ledger="savings", measured=True, report={})
+        == "booked"
+    )
+    assert (
+        store.book("tkt_0", "scn_shared", outcome="failed", ledger="baseline", measured=True, report={}) == "duplicate"
+    )
     assert store.book("tkt_x", "scn_shared", outcome="failed", ledger="baseline", measured=True, report={}) == (
         "ticket_unknown"
     )
@@ -177,8 +190,9 @@ def test_past_its_limit_the_store_prunes_its_oldest_runs_and_keeps_what_a_ready_
     store = Store(tmp_path / "store.db")
     for i in range(20):
         store.create_run(f"run_{i}", project="/p", input="x" * 10_000, now=float(i))
-    store.put_scenario("scn_0", project="/p", run_id="run_0", state="ready", reason=None, body={},
-                       template=None, normalized=None)  # fmt: skip
+    store.put_scenario(
+        "scn_0", project="/p", run_id="run_0", state="ready", reason=None, body={}, template=None, normalized=None
+    )
     removed = store.prune(100_000)
     assert removed
     assert "run_0" not in removed
@@ -197,8 +211,12 @@ def test_a_full_disk_refuses_the_write_as_store_full_and_loses_what_was_there(tm
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
     store = Store(path, max_page_count=pages + 2)
     store.create_run("run_kept", project="/p", input="small")
-    with pytest.raises(StoreFull):
+
+    def fill() -> None:
         for i in range(100):
             store.create_run(f"run_{i}", project="/p", input="x" * 50_000)
+
+    with pytest.raises(StoreFull):
+        fill()
     assert store.run("run_kept") is not None
     store.close()
