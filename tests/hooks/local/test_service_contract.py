@@ -18,8 +18,8 @@ from bir.evaluator import EvaluatorPool
 from bir.examples.fleet_server import device_by_id, list_devices_in
 from bir.hooks.local import open_local_service
 from bir.hooks.local.runtime import LocalService
-from bir.hooks.outbox import Outbox
-from bir.hooks.outbox_state import Policy
+from bir.hooks.session.outbox import Outbox
+from bir.hooks.session.outbox_state import Policy
 from tests.fakes.baseinsvc import FakeBaseIn
 from tests.fakes.fixtures import running_fake_service
 from tests.paths import SCENARIOS
