@@ -450,3 +450,16 @@ class Embedder:
     def embed(self, text: str) -> Vector | None:
         model = self._model
         return None if model is None else model.embed(text)
+
+
+_shared: Embedder | None = None
+_shared_lock = threading.Lock()
+
+
+def shared() -> Embedder:
+    """The process's one embedder: every local service of a process shares its model (loaded once)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Embedder()
+        return _shared

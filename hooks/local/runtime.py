@@ -29,6 +29,7 @@ from bir.core.truncate import cut_counted
 from bir.hooks.local import booking, edits, match, selfcheck
 from bir.hooks.local.calculate import CALC_VERSION, draft_scenario, recorded_steps, template_of
 from bir.hooks.local.embed import Embedder
+from bir.hooks.local.embed import shared as shared_embedder
 from bir.hooks.local.slots import normalized
 from bir.hooks.local.store import ScenarioRow, Store, StoreError
 
@@ -70,7 +71,7 @@ class LocalService:
         self._pool = pool
         self._own_pool: Any | None = None
         self._pool_lock = anyio.Lock()
-        self.embedder = embedder if embedder is not None else Embedder()
+        self.embedder = embedder if embedder is not None else shared_embedder()
         self.scope = scope or config.get_str("BIR_LOCAL_MATCH_SCOPE") or "project"
         self.min_similarity = (
             min_similarity if min_similarity is not None else config.get_float("BIR_LOCAL_EMBED_MIN_SIMILARITY") or 0.0
