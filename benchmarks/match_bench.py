@@ -303,7 +303,7 @@ def _fill(store: Any, rows: list[tuple[str, str, list[Any], Any]]) -> None:
                     scenario_id,
                     run_id,
                     json.dumps(body),
-                    json.dumps(template_of(prompt, params)),
+                    json.dumps({**template_of(prompt, params), "samples": {p.name: p.sample for p in params}}),
                     normalized(prompt),
                     vector.tobytes(),
                     n + 1,

@@ -17,6 +17,8 @@ each template must contain (its rarest), so a match costs a few alignments whate
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -29,18 +31,26 @@ MAX_EMBED_CANDIDATES: Final = 3
 MAX_EXPLAINED: Final = 5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
+    """A ready scenario as the index holds it: small, its template tokenized only when it is aligned."""
+
     scenario_id: str
     run_id: str | None
     project: str
     created_at: float
     normalized: str
-    template: slots.Template
+    raw_template: Mapping[str, Any]
+    samples: Mapping[str, Any]
     literal: frozenset[str]
     content: frozenset[str]
     masked_text: str
+    slot_count: int
     vector: Any | None = None  # the masked template's embedding (numpy float32), when computed
+
+    @property
+    def template(self) -> slots.Template:
+        return slots.Template.of(self.raw_template, self.samples)
 
 
 @dataclass(frozen=True)
@@ -83,18 +93,20 @@ def candidate_of(
     vector: Any | None = None,
 ) -> Candidate:
     tpl = slots.Template.of(template, samples)
-    masked_text = slots.masked(tpl.text, slots.template_spans(tpl))
-    outside = slots.masked(tpl.text, [(s, e, " ") for s, e, _ in slots.template_spans(tpl)])
+    spans = slots.template_spans(tpl)
+    outside = slots.masked(tpl.text, [(s, e, " ") for s, e, _ in spans])
     return Candidate(
         scenario_id=scenario_id,
         run_id=run_id,
-        project=project,
+        project=sys.intern(project),
         created_at=created_at,
         normalized=slots.normalized(tpl.text),
-        template=tpl,
-        literal=frozenset(tpl.literal_words()),
-        content=frozenset(lexicon.content_words(outside)),
-        masked_text=masked_text,
+        raw_template={"text": tpl.text, "slots": list(template.get("slots") or [])},
+        samples=dict(samples),
+        literal=frozenset(sys.intern(w) for w in tpl.literal_words()),
+        content=frozenset(sys.intern(w) for w in lexicon.content_words(outside)),
+        masked_text=slots.masked(tpl.text, spans),
+        slot_count=len(tpl.slots),
         vector=vector,
     )
 
@@ -142,7 +154,7 @@ class MatchIndex:
     def set_vector(self, scenario_id: str, vector: Any) -> None:
         old = self.by_id.get(scenario_id)
         if old is not None:
-            self.by_id[scenario_id] = Candidate(**{**old.__dict__, "vector": vector})
+            self.by_id[scenario_id] = dataclasses.replace(old, vector=vector)
 
     def _in_scope(self, ids: Iterable[str], project: str | None) -> list[Candidate]:
         found = [self.by_id[i] for i in ids if i in self.by_id]
@@ -165,7 +177,7 @@ class MatchIndex:
         considered: list[Considered] = []
         norm = slots.normalized(prompt)
         for cand in self._in_scope(self._exact.get(norm, ()), project):
-            values = {s.param: cand.template.samples.get(s.param) for s in cand.template.slots}
+            values = {str(s["param"]): cand.samples.get(str(s["param"])) for s in cand.raw_template["slots"]}
             return Hit("exact", cand.scenario_id, cand.run_id, values, 1.0)
         tokens = {t.folded for t in slots.tokenize(prompt)}
         pool: set[str] = set(self._unkeyed)
@@ -185,7 +197,7 @@ class MatchIndex:
             else:
                 considered.append(Considered(cand.scenario_id, "slot", None, result.why))
         if aligned:
-            cand, values = min(aligned, key=lambda a: (len(a[0].template.slots), -a[0].created_at))
+            cand, values = min(aligned, key=lambda a: (a[0].slot_count, -a[0].created_at))
             return Hit("slot", cand.scenario_id, cand.run_id, values, 1.0, tuple(considered[:MAX_EXPLAINED]))
         return self._paraphrase(prompt, project, embed, min_similarity, considered)
 
@@ -205,11 +217,12 @@ class MatchIndex:
         for cand in self._in_scope(pool, project):
             if not cand.content <= content_all:
                 continue
-            values = slots.values_by_shape(cand.template, prompt)
+            tpl = cand.template
+            values = slots.values_by_shape(tpl, prompt)
             if isinstance(values, slots.Refused):
                 considered.append(Considered(cand.scenario_id, "embedding", None, values.why))
                 continue
-            spans = slots.value_spans(cand.template, prompt, values)
+            spans = slots.value_spans(tpl, prompt, values)
             outside = slots.masked(prompt, [(s, e, " ") for s, e, _ in spans])
             words_new = set(lexicon.content_words(outside))
             if words_new != set(cand.content):

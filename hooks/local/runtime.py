@@ -93,6 +93,8 @@ class LocalService:
         self._stack = contextlib.AsyncExitStack()
         self._tg = await self._stack.enter_async_context(anyio.create_task_group())
         self._tg.start_soon(self._embed_templates_when_loaded)
+        # The index is built before the first prompt needs it: a prompt that comes sooner waits on its lock.
+        self._tg.start_soon(self._thread, self.warm)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -141,33 +143,44 @@ class LocalService:
             return
         if generation != self._seen[1]:
             self.index = match.MatchIndex()
-            rows = self.store.scenarios_changed_since(-1)
+            since = -1
         else:
-            rows = self.store.scenarios_changed_since(self._seen[0])
-        for row in rows:
+            since = self._seen[0]
+        for row in self.store.index_rows_since(since):
             self._index_row(row)
         self._seen = (changed, generation)
 
-    def _index_row(self, row: ScenarioRow) -> None:
-        if row.state != "ready" or row.template is None:
-            self.index.remove(row.id)
+    def _index_row(self, row: tuple[str, str, str | None, str, Any, bytes | None, float]) -> None:
+        scenario_id, project, run_id, state, template, embedding, created_at = row
+        if state != "ready" or not isinstance(template, dict):
+            self.index.remove(scenario_id)
             return
+        samples = template.get("samples")
+        if not isinstance(samples, dict):
+            # A scenario stored before its template carried the samples: read them from its body.
+            stored = self.store.scenario(scenario_id)
+            samples = match.samples_of(stored.body) if stored is not None else {}
         vector = None
-        if row.embedding is not None:
+        if embedding is not None:
             import numpy as np
 
-            vector = np.frombuffer(row.embedding, dtype=np.float32)
+            vector = np.frombuffer(embedding, dtype=np.float32)
         self.index.put(
             match.candidate_of(
-                row.id,
-                run_id=row.run_id,
-                project=row.project,
-                created_at=row.created_at,
-                template=row.template,
-                samples=match.samples_of(row.body),
+                scenario_id,
+                run_id=run_id,
+                project=project,
+                created_at=created_at,
+                template=template,
+                samples=samples,
                 vector=vector,
             )
         )
+
+    def warm(self) -> None:
+        """Build the index now (blocking: the service does it in a thread at start)."""
+        with self._index_lock:
+            self._refresh()
 
     def find(self, prompt: str, project: str | None, *, wait_for_model: float = MODEL_WAIT_S) -> match.Hit | match.Miss:
         """The cascade for ``prompt`` (blocking: call it in a thread)."""
@@ -350,7 +363,7 @@ class LocalService:
                 {"message": f"the sandbox could not run the self-check: {exc}"},
                 {"id": scenario_id, "state": "not_ready", "steps": []},
             )
-        template = template_of(run.input, draft.params)
+        template = {**template_of(run.input, draft.params), "samples": draft.params_sample()}
         vector = None
         if verdict.state == "ready" and self.embedder.ready:
             text = match.masked_template(template, draft.params_sample())

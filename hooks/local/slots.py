@@ -24,7 +24,7 @@ MAX_VALUE_CHARS: Final = 200
 _TOKEN: Final = re.compile(r"[^\W_]+|\S", re.UNICODE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Token:
     text: str
     start: int
@@ -49,7 +49,7 @@ def normalized(text: str) -> str:
     return " ".join(t.folded for t in tokenize(text))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Slot:
     param: str
     kind: str

@@ -536,6 +536,18 @@ class Store:
         )
         return [self._scenario_row(r) for r in rows]
 
+    def index_rows_since(self, changed: int) -> list[tuple[str, str, str | None, str, Any, bytes | None, float]]:
+        """What the matcher's index needs of every scenario written since ``changed``, without the bodies:
+        ``(id, project, run_id, state, template, embedding, created_at)``."""
+        rows = self._read(
+            lambda c: c.execute(
+                "SELECT id, project, run_id, state, template, embedding, created_at FROM scenarios "
+                "WHERE changed > ? ORDER BY changed",
+                (changed,),
+            ).fetchall()
+        )
+        return [(r[0], r[1], r[2], r[3], _loads(r[4]), r[5], r[6]) for r in rows]
+
     # --- edits ------------------------------------------------------------------------------------
 
     def add_edit(
