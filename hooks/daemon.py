@@ -29,6 +29,7 @@ from bir.core.paths import project_key, server_lock
 from bir.core.service import ServiceClient
 from bir.evaluator import EvaluatorPool
 from bir.hooks.discovery import read_discovery, remove_discovery, write_discovery
+from bir.hooks.local import local_client, wants_local
 from bir.hooks.server.control import ControlServer
 from bir.hooks.server.hellos import HelloBook
 from bir.hooks.server.work_queue import ProxyWorkQueue
@@ -76,9 +77,9 @@ async def live_session(
         RuntimeError: the server did not start.
     """
     async with contextlib.AsyncExitStack() as stack:
-        if service is None:
-            service = await stack.enter_async_context(ServiceClient())
         pool = EvaluatorPool()
+        if service is None:
+            service = await stack.enter_async_context(_service_for(project, pool))
         outbox = Outbox.for_project(project, service)
         queue = ProxyWorkQueue()
         hellos = HelloBook()
@@ -107,6 +108,16 @@ async def live_session(
         sweeper = asyncio.create_task(_sweep_bundles(sweep_every_s), name="bir-bundle-sweep")
         stack.callback(sweeper.cancel)
         yield LiveSession(server, controller)
+
+
+def _service_for(project: Path, pool: EvaluatorPool) -> contextlib.AbstractAsyncContextManager[ServiceClient]:
+    """The remote service when one is configured (or ``BIR_SERVICE=remote``), else the local one on this
+    machine, whose self-checks share the session's evaluator pool (it is started before any run finishes)."""
+    if wants_local():
+        log_event("control.service", service="local")
+        return local_client(project=project, pool=pool)
+    log_event("control.service", service="remote")
+    return ServiceClient()
 
 
 class _UvicornToEvents(logging.Handler):

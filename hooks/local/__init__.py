@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -24,9 +24,30 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import httpx
 
+    from bir.core.service import ServiceClient
     from bir.hooks.local.runtime import LocalService
 
 LOCAL_URL: Final = "http://local.bir"
+# The token the client sends the local service; there is one user on this machine and it is not checked.
+LOCAL_TOKEN: Final = "local"
+
+
+def wants_local(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this machine uses the local service: ``BIR_SERVICE`` forces one, and unset, the local
+    service is the default when no service is configured (no ``BIR_AUTH_URL``, not signed in).
+
+    Raises:
+        ConfigError: ``BIR_SERVICE`` holds something else.
+    """
+    from bir.core import config, credentials
+
+    choice = config.get_str("BIR_SERVICE", env)
+    if choice is not None:
+        return choice == "local"
+    if config.get_str("BIR_AUTH_URL", env):
+        return False
+    signed_in = credentials.effective()
+    return signed_in is None or not signed_in.url
 
 
 @dataclass(frozen=True)
@@ -36,6 +57,24 @@ class Local:
     service: LocalService
     transport: httpx.AsyncBaseTransport
     base_url: str = LOCAL_URL
+
+
+@contextlib.asynccontextmanager
+async def local_client(
+    home: Path | None = None, *, project: str | os.PathLike[str] | None = None, pool: Any | None = None
+) -> AsyncIterator[ServiceClient]:
+    """A ``ServiceClient`` on the local service (``open_local_service``), for the block's duration.
+
+    Raises:
+        StoreError: the store file is not a bir store, is corrupt, or cannot be opened.
+    """
+    from bir.core.service import ServiceClient
+
+    async with (
+        open_local_service(home, project=project, pool=pool) as local,
+        ServiceClient(local.base_url, LOCAL_TOKEN, transport=local.transport) as client,
+    ):
+        yield client
 
 
 @contextlib.asynccontextmanager

@@ -39,6 +39,7 @@ Answer = tuple[int, Any]
 # embedding tier is skipped; the slot tier never waits.
 MODEL_WAIT_S: Final = 0.5
 MAX_INPUT_CHARS: Final = 20_000
+LATE_STEP_SETTLE_S: Final = 0.5
 # The sandbox's own failures (not a body's): nothing could be checked.
 _SANDBOX_DOWN: Final = frozenset({"closed", "overloaded", "crashed"})
 
@@ -83,6 +84,7 @@ class LocalService:
         self._seen: tuple[int, int] = (-1, -1)
         self._tg: anyio.abc.TaskGroup | None = None
         self._busy = 0
+        self._late: set[str] = set()
         self._idle = anyio.Event()
         self._idle.set()
 
@@ -280,13 +282,31 @@ class LocalService:
         if not isinstance(body, dict) or not isinstance(body.get("stepIndex"), int) or not body.get("toolName"):
             return 400, {"error": "stepIndex and toolName are required"}
         try:
-            known = await self._thread(
+            status = await self._thread(
                 lambda: self.store.add_step(run_id, int(body["stepIndex"]), str(body["toolName"]), body)
             )
         except StoreError as exc:
             log_event("local.store_failed", route="steps", error=str(exc)[:300])
             return _store_error(exc)
-        return (201, {}) if known else (404, {"error": "run not found"})
+        if status == "unknown_run":
+            return 404, {"error": "run not found"}
+        if status == "finished":
+            # A step that settled after its turn's finish (its proxy report came late): calculate again.
+            self._recalculate_soon(run_id)
+        return 201, {}
+
+    def _recalculate_soon(self, run_id: str) -> None:
+        if run_id in self._late:
+            return
+        self._late.add(run_id)
+
+        async def later() -> None:
+            # Late steps come in a burst; one calculation after it settles takes them all.
+            await anyio.sleep(LATE_STEP_SETTLE_S)
+            self._late.discard(run_id)
+            await self.calculate_run(run_id)
+
+        self._background(later())
 
     async def finish(self, run_id: str, body: object) -> Answer:
         if not isinstance(body, dict):

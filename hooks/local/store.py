@@ -44,6 +44,7 @@ EXPORT_FORMAT: Final = "bir-local-store"
 T = TypeVar("T")
 FinishStatus = Literal["finished", "duplicate", "unknown_run"]
 BookStatus = Literal["booked", "duplicate", "ticket_unknown"]
+StepStatus = Literal["open", "finished", "unknown_run"]
 
 
 class StoreError(Exception):
@@ -326,13 +327,15 @@ class Store:
 
         return self._write(write)
 
-    def add_step(self, run_id: str, step_index: int, tool_name: str, body: Mapping[str, Any]) -> bool:
-        """Store one step of ``run_id`` (the last post of an index wins); False for an unknown run."""
+    def add_step(self, run_id: str, step_index: int, tool_name: str, body: Mapping[str, Any]) -> StepStatus:
+        """Store one step of ``run_id`` (the last post of an index wins): ``open`` or ``finished`` (the run was
+        sealed already: a step can settle after its turn's finish), ``unknown_run`` when there is no such run."""
         text = _dumps(dict(body))
 
-        def write(conn: sqlite3.Connection) -> bool:
-            if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-                return False
+        def write(conn: sqlite3.Connection) -> StepStatus:
+            found = conn.execute("SELECT finish IS NOT NULL FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if found is None:
+                return "unknown_run"
             old = conn.execute(
                 "SELECT bytes FROM steps WHERE run_id = ? AND step_index = ?", (run_id, step_index)
             ).fetchone()
@@ -342,7 +345,7 @@ class Store:
             )
             delta = len(text) - (old[0] if old else 0)
             conn.execute("UPDATE runs SET bytes = bytes + ? WHERE id = ?", (delta, run_id))
-            return True
+            return "finished" if found[0] else "open"
 
         return self._write(write)
 
