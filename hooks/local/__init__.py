@@ -100,3 +100,35 @@ async def open_local_service(
 
     async with opened(home, project=project, pool=pool) as service:
         yield Local(service, httpx.ASGITransport(app=build_app(service)))
+
+
+def store_summary(home: Path | None = None) -> dict[str, Any]:
+    """How full the local store is, for ``bir status`` and ``bir doctor``: its path, its recorded bytes
+    against its limit, its runs and ready scenarios; ``error`` when the file cannot be used. Never raises."""
+    from bir.core import config
+    from bir.hooks.local.store import Store, StoreError, default_path
+
+    path = default_path(home if home is not None else config.home())
+    limit = config.require_int("BIR_LOCAL_STORE_MB") * 1024 * 1024
+    out: dict[str, Any] = {"path": str(path), "limitBytes": limit}
+    if not path.exists():
+        return {**out, "exists": False, "bytes": 0, "runs": 0, "ready": 0}
+    try:
+        store = Store(path)
+    except StoreError as exc:
+        return {**out, "exists": True, "error": str(exc)}
+    try:
+        counts = store.counts()
+        return {
+            **out,
+            "exists": True,
+            "bytes": store.size_bytes(),
+            "runs": counts["runs"],
+            "ready": counts["ready"],
+            "scenarios": counts["scenarios"],
+            "executions": counts["executions"],
+        }
+    except StoreError as exc:
+        return {**out, "exists": True, "error": str(exc)}
+    finally:
+        store.close()
