@@ -16,6 +16,7 @@ import anyio
 import httpx
 import pytest
 
+from bir.cli import main
 from bir.core import config
 from bir.examples.fleet_server import device_by_id, list_devices_in
 from bir.hooks.daemon import live_session
@@ -68,7 +69,7 @@ def content(value: object) -> list[dict[str, str]]:
 
 
 async def test_turn_one_is_recorded_and_turn_two_with_another_region_replays_from_the_local_scenario(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("BIR_AUTH_URL", raising=False)
     monkeypatch.delenv("BIR_SERVICE", raising=False)
@@ -164,6 +165,11 @@ async def test_turn_one_is_recorded_and_turn_two_with_another_region_replays_fro
                     assert line["measuredReplays"] == 1
                     assert line["savedUsd"] > 0
                     assert line["savedSeconds"] is not None
+                    capsys.readouterr()
+                    assert main(["stats", "--json"]) == 0
+                    shown = json.loads(capsys.readouterr().out)
+                    assert shown["totals"]["replays"] == 1
+                    assert shown["totals"]["savedUsd"] == line["savedUsd"]
                 finally:
                     store.close()
         finally:
