@@ -61,7 +61,11 @@ class Local:
 
 @contextlib.asynccontextmanager
 async def local_client(
-    home: Path | None = None, *, project: str | os.PathLike[str] | None = None, pool: Any | None = None
+    home: Path | None = None,
+    *,
+    project: str | os.PathLike[str] | None = None,
+    pool: Any | None = None,
+    load_model: bool = True,
 ) -> AsyncIterator[ServiceClient]:
     """A ``ServiceClient`` on the local service (``open_local_service``), for the block's duration.
 
@@ -71,7 +75,7 @@ async def local_client(
     from bir.core.service import ServiceClient
 
     async with (
-        open_local_service(home, project=project, pool=pool) as local,
+        open_local_service(home, project=project, pool=pool, load_model=load_model) as local,
         ServiceClient(local.base_url, LOCAL_TOKEN, transport=local.transport) as client,
     ):
         yield client
@@ -83,12 +87,13 @@ async def open_local_service(
     *,
     project: str | os.PathLike[str] | None = None,
     pool: Any | None = None,
+    load_model: bool = True,
 ) -> AsyncIterator[Local]:
     """The local service over the store under ``home`` (``BIR_HOME``), for the block's duration.
 
     ``project`` is the project whose runs this control server records and matches (rows carry it);
     ``pool`` an evaluator pool to run self-checks in (else the service starts a one-worker pool when it
-    first needs one).
+    first needs one); ``load_model`` False keeps the embedding model out (a command that only reads).
 
     Raises:
         StoreError: the store file is not a bir store, is corrupt, or cannot be opened.
@@ -98,7 +103,7 @@ async def open_local_service(
     from bir.hooks.local.app import build_app
     from bir.hooks.local.runtime import opened
 
-    async with opened(home, project=project, pool=pool) as service:
+    async with opened(home, project=project, pool=pool, load_model=load_model) as service:
         yield Local(service, httpx.ASGITransport(app=build_app(service)))
 
 

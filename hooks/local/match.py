@@ -29,6 +29,7 @@ from bir.hooks.local import words as lexicon
 Rule = Literal["exact", "slot", "embedding"]
 MAX_EMBED_CANDIDATES: Final = 3
 MAX_EXPLAINED: Final = 5
+MAX_EXPLAIN_SCAN: Final = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +173,12 @@ class MatchIndex:
         project: str | None,
         embed: Callable[[str], Any | None] | None,
         min_similarity: float,
+        explain: bool = False,
     ) -> Hit | Miss:
-        """The best match for ``prompt``; ``embed`` (None: no model) is asked only when a paraphrase is possible."""
+        """The best match for ``prompt``; ``embed`` (None: no model) is asked only when a paraphrase is possible.
+
+        ``explain`` looks at every candidate in scope (up to ``MAX_EXPLAIN_SCAN``, newest first), not only
+        those sharing the prompt's words, so a miss can say why the nearest ones did not match."""
         considered: list[Considered] = []
         norm = slots.normalized(prompt)
         for cand in self._in_scope(self._exact.get(norm, ()), project):
@@ -183,6 +188,8 @@ class MatchIndex:
         pool: set[str] = set(self._unkeyed)
         for token in tokens:
             pool |= self._by_literal.get(token, set())
+        if explain:
+            pool = set(list(self.by_id)[-MAX_EXPLAIN_SCAN:])
         aligned: list[tuple[Candidate, dict[str, Any]]] = []
         for cand in self._in_scope(pool, project):
             if not cand.literal <= tokens:

@@ -66,8 +66,10 @@ class LocalService:
         min_similarity: float | None = None,
         max_bytes: int | None = None,
         clock: Callable[[], float] = time.time,
+        load_model: bool = True,
     ) -> None:
         self.store = store
+        self._load_model = load_model
         self.project = project
         self._pool = pool
         self._own_pool: Any | None = None
@@ -91,10 +93,11 @@ class LocalService:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> LocalService:
-        self.embedder.start()
         self._stack = contextlib.AsyncExitStack()
         self._tg = await self._stack.enter_async_context(anyio.create_task_group())
-        self._tg.start_soon(self._embed_templates_when_loaded)
+        if self._load_model:
+            self.embedder.start()
+            self._tg.start_soon(self._embed_templates_when_loaded)
         # The index is built before the first prompt needs it: a prompt that comes sooner waits on its lock.
         self._tg.start_soon(self._thread, self.warm)
         return self
@@ -184,18 +187,24 @@ class LocalService:
         with self._index_lock:
             self._refresh()
 
-    def find(self, prompt: str, project: str | None, *, wait_for_model: float = MODEL_WAIT_S) -> match.Hit | match.Miss:
+    def find(
+        self, prompt: str, project: str | None, *, wait_for_model: float = MODEL_WAIT_S, explain: bool = False
+    ) -> match.Hit | match.Miss:
         """The cascade for ``prompt`` (blocking: call it in a thread)."""
         with self._index_lock:
             self._refresh()
             scope = None if self.scope == "user" else project
 
             def embed(text: str) -> Any | None:
+                if not self._load_model:
+                    return None
                 if not self.embedder.ready and not self.embedder.wait(wait_for_model):
                     return None
                 return self.embedder.embed(text)
 
-            return self.index.match(prompt, project=scope, embed=embed, min_similarity=self.min_similarity)
+            return self.index.match(
+                prompt, project=scope, embed=embed, min_similarity=self.min_similarity, explain=explain
+            )
 
     async def _embed_templates_when_loaded(self) -> None:
         ready = await to_thread.run_sync(self.embedder.wait, 600.0, abandon_on_cancel=True)
@@ -736,7 +745,7 @@ class LocalService:
 
     async def explain(self, prompt: str) -> dict[str, Any]:
         """Which scenario ``prompt`` would match, by which rule, with which values — or why none did."""
-        found = await self._thread(lambda: self.find(prompt, self.project, wait_for_model=5.0))
+        found = await self._thread(lambda: self.find(prompt, self.project, wait_for_model=5.0, explain=True))
         if isinstance(found, match.Hit):
             return {
                 "matched": True,
@@ -799,6 +808,7 @@ async def opened(
     pool: Any | None = None,
     embedder: Embedder | None = None,
     store_path: Path | None = None,
+    load_model: bool = True,
 ) -> AsyncIterator[LocalService]:
     """Open the store under ``home`` (``BIR_HOME``) and run a ``LocalService`` on it for the block.
 
@@ -811,7 +821,9 @@ async def opened(
     store = await to_thread.run_sync(lambda: Store(path))
     try:
         resolved = None if project is None else await to_thread.run_sync(lambda: str(Path(project).resolve()))
-        async with LocalService(store, project=resolved, pool=pool, embedder=embedder) as service:
+        async with LocalService(
+            store, project=resolved, pool=pool, embedder=embedder, load_model=load_model
+        ) as service:
             yield service
     finally:
         await to_thread.run_sync(store.close)
