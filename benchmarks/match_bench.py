@@ -30,6 +30,7 @@ import psutil
 
 from bir.benchmarks.machine import machine_facts
 from bir.benchmarks.match_corpus import PAIRS, RECORDED, corpus_index, scenario_of
+from bir.core import config
 
 SERVICE_THRESHOLD = 0.9
 _WORDS = [
@@ -342,7 +343,7 @@ async def _with_store(home: Path, model: Any, size: int, quick: bool) -> tuple[f
 
     embedder.embed = counting  # type: ignore[method-assign]
     try:
-        async with LocalService(store, project="/p", embedder=embedder, min_similarity=SERVICE_THRESHOLD) as service:
+        async with LocalService(store, project="/p", embedder=embedder) as service:
             began = time.perf_counter()
             service.find("warm the index", "/p")
             index_s = time.perf_counter() - began
@@ -382,6 +383,7 @@ def _accuracy(model: Any) -> dict[str, Any]:
     from bir.hooks.local import match
 
     index = corpus_index(model.embed)
+    ours = config.get_float("BIR_LOCAL_EMBED_MIN_SIMILARITY") or SERVICE_THRESHOLD
     recorded = list(RECORDED)
     raw = {p: model.embed(p) for p in recorded}
     out: dict[str, dict[str, Any]] = {}
@@ -391,7 +393,7 @@ def _accuracy(model: Any) -> dict[str, Any]:
             {"pairs": 0, "ours_hits": 0, "ours_right": 0, "service_hits": 0, "service_right": 0, "raw_cosines": []},
         )
         row["pairs"] += 1
-        found = index.match(pair.new, project="/p", embed=model.embed, min_similarity=SERVICE_THRESHOLD)
+        found = index.match(pair.new, project="/p", embed=model.embed, min_similarity=ours)
         target = scenario_of(pair.recorded)
         if isinstance(found, match.Hit):
             row["ours_hits"] += 1

@@ -233,8 +233,9 @@ _VARS: tuple[Variable, ...] = (
     Variable(
         "BIR_LOCAL_EMBED_MIN_SIMILARITY",
         "float",
-        0.9,
-        "Lowest cosine of two masked prompts for the local service's embedding rule (paraphrases).",
+        0.92,
+        "Lowest cosine of two masked prompts for the local service's embedding rule (paraphrases); below "
+        "BIR_MIN_STEER_SIMILARITY a hit would arm nothing and record nothing.",
         ceiling=1.0,
         floor=0.5,
     ),

@@ -20,7 +20,7 @@ def index(model: MiniLM) -> match.MatchIndex:
 
 
 def _run(index: match.MatchIndex, model: MiniLM, prompt: str) -> match.Hit | match.Miss:
-    return index.match(prompt, project="/p", embed=model.embed, min_similarity=0.9)
+    return index.match(prompt, project="/p", embed=model.embed, min_similarity=0.92)
 
 
 def test_no_prompt_of_another_task_or_of_nothing_recorded_matches(index: match.MatchIndex, model: MiniLM) -> None:
@@ -70,18 +70,18 @@ def test_a_miss_costs_no_embedding_when_no_candidate_shares_the_words(index: mat
     def embed(text: str) -> None:
         asked.append(text)
 
-    found = index.match("write a haiku about autumn", project="/p", embed=embed, min_similarity=0.9)
+    found = index.match("write a haiku about autumn", project="/p", embed=embed, min_similarity=0.92)
     assert isinstance(found, match.Miss)
     assert asked == []
 
 
 def test_another_projects_scenarios_are_not_candidates_unless_asked(model: MiniLM) -> None:
     index = corpus_index(None, project="/other")
-    assert isinstance(index.match("show issue #4513", project="/p", embed=None, min_similarity=0.9), match.Miss)
-    assert isinstance(index.match("show issue #4513", project=None, embed=None, min_similarity=0.9), match.Hit)
+    assert isinstance(index.match("show issue #4513", project="/p", embed=None, min_similarity=0.92), match.Miss)
+    assert isinstance(index.match("show issue #4513", project=None, embed=None, min_similarity=0.92), match.Hit)
 
 
 def test_without_the_model_a_prompt_still_matches_by_slot(index: match.MatchIndex) -> None:
-    found = index.match("show issue #77", project="/p", embed=None, min_similarity=0.9)
+    found = index.match("show issue #77", project="/p", embed=None, min_similarity=0.92)
     assert isinstance(found, match.Hit)
     assert (found.rule, found.values) == ("slot", {"issue": 77})
