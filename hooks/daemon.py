@@ -78,8 +78,10 @@ async def live_session(
     """
     async with contextlib.AsyncExitStack() as stack:
         pool = EvaluatorPool()
+        kind = "given"
         if service is None:
-            service = await stack.enter_async_context(_service_for(project, pool))
+            kind = "local" if wants_local() else "remote"
+            service = await stack.enter_async_context(_service_for(project, pool, kind))
         outbox = Outbox.for_project(project, service)
         queue = ProxyWorkQueue()
         hellos = HelloBook()
@@ -101,6 +103,7 @@ async def live_session(
         # Started first, stopped last: nothing knows its address until the caller publishes it.
         stack.push_async_callback(server.stop)
         await server.start(port=port)
+        log_event("control.service", service=kind)
         await stack.enter_async_context(pool)
         await stack.enter_async_context(outbox.running())
         stack.push_async_callback(outbox.flush, 2.0)
@@ -110,13 +113,13 @@ async def live_session(
         yield LiveSession(server, controller)
 
 
-def _service_for(project: Path, pool: EvaluatorPool) -> contextlib.AbstractAsyncContextManager[ServiceClient]:
+def _service_for(
+    project: Path, pool: EvaluatorPool, kind: str
+) -> contextlib.AbstractAsyncContextManager[ServiceClient]:
     """The remote service when one is configured (or ``BIR_SERVICE=remote``), else the local one on this
     machine, whose self-checks share the session's evaluator pool (it is started before any run finishes)."""
-    if wants_local():
-        log_event("control.service", service="local")
+    if kind == "local":
         return local_client(project=project, pool=pool)
-    log_event("control.service", service="remote")
     return ServiceClient()
 
 
