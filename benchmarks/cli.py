@@ -1,4 +1,4 @@
-"""``bir bench eval|pin|proxy``: the benchmarks behind the command line."""
+"""``bir bench eval|pin|proxy|match``: the benchmarks behind the command line."""
 
 from __future__ import annotations
 
@@ -44,6 +44,15 @@ def add_parser(sub: Subparsers) -> None:
     px.add_argument("--quick", action="store_true", help="fewer iterations (about 30 s)")
     json_flag(px)
     px.set_defaults(run=run)
+    mb = add_command(
+        targets,
+        "match",
+        "the local service's matcher and calculator: latency on a 10,000-scenario store, memory, accuracy",
+        ["bir bench match --quick", "bir bench match --json"],
+    )
+    mb.add_argument("--quick", action="store_true", help="a 1,000-scenario store and fewer prompts (about 20 s)")
+    json_flag(mb)
+    mb.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
         from bir.benchmarks.pin_bench import run_pin_bench
 
         return run_pin_bench(quick=args.quick, as_json=args.json)
+    if args.bench_target == "match":
+        from bir.benchmarks.match_bench import run_match_bench
+
+        return run_match_bench(quick=args.quick, as_json=args.json)
     from bir.benchmarks.proxy_bench import run_proxy_bench
 
     return run_proxy_bench(quick=args.quick, as_json=args.json)

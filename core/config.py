@@ -207,6 +207,38 @@ _VARS: tuple[Variable, ...] = (
         floor=100,
     ),
     Variable("BIR_AUTH_URL", "str", None, "Base URL of the BaseIn service."),
+    # The local service (issue 18)
+    Variable(
+        "BIR_SERVICE",
+        "choice",
+        None,
+        "`local` or `remote` forces which service bir uses; unset, the local one unless a service is configured.",
+        choices=("local", "remote"),
+    ),
+    Variable(
+        "BIR_LOCAL_STORE_MB",
+        "int",
+        256,
+        "Size of the local store's recorded data past which its oldest runs are pruned, in MB.",
+        ceiling=100_000,
+        floor=1,
+    ),
+    Variable(
+        "BIR_LOCAL_MATCH_SCOPE",
+        "choice",
+        "project",
+        "`user` lets the local service match a prompt against every project's scenarios, not only its own.",
+        choices=("project", "user"),
+    ),
+    Variable(
+        "BIR_LOCAL_EMBED_MIN_SIMILARITY",
+        "float",
+        0.92,
+        "Lowest cosine of two masked prompts for the local service's embedding rule (paraphrases); below "
+        "BIR_MIN_STEER_SIMILARITY a hit would arm nothing and record nothing.",
+        ceiling=1.0,
+        floor=0.5,
+    ),
     Variable("BIR_TOKEN", "str", None, "Bearer token for the BaseIn service (else the stored sign-in).", secret=True),
     Variable("BIR_DERIVE_API_KEY", "str", None, "Anthropic API key used only for parameter derivation.", secret=True),
     Variable("BIR_USE_ANTHROPIC_API_KEY", "flag", False, "`1` lets derivation use ANTHROPIC_API_KEY."),

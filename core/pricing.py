@@ -29,18 +29,20 @@ _MAX_TOKENS: Final = 10**12
 
 @dataclass(frozen=True)
 class ModelPrice:
-    """USD per million tokens."""
+    """USD per million tokens; a cache price not given follows the input price by the usual multipliers."""
 
     input_per_mtok: float
     output_per_mtok: float
+    cache_write: float | None = None
+    cache_read: float | None = None
 
     @property
     def cache_write_per_mtok(self) -> float:
-        return self.input_per_mtok * CACHE_WRITE_MULTIPLIER
+        return self.cache_write if self.cache_write is not None else self.input_per_mtok * CACHE_WRITE_MULTIPLIER
 
     @property
     def cache_read_per_mtok(self) -> float:
-        return self.input_per_mtok * CACHE_READ_MULTIPLIER
+        return self.cache_read if self.cache_read is not None else self.input_per_mtok * CACHE_READ_MULTIPLIER
 
 
 MODEL_PRICING: Final[Mapping[str, ModelPrice]] = MappingProxyType(
@@ -56,6 +58,31 @@ MODEL_PRICING: Final[Mapping[str, ModelPrice]] = MappingProxyType(
     }
 )
 
+# Dated local additions: the models Claude Code itself prices (its 2.1.332 model catalog, read 2026-12-01) that
+# BaseIn's table above lacks. Claude Code 2.1.332 runs claude-opus-5-5 by default: without these rows a
+# default session's turn was unpriced and so never measured. No row above changes, so a report on a model of
+# BaseIn's table stays comparable under PRICING_VERSION; the remote service should learn these rows under a
+# new version of its own (spec §11.3: a price change is a change on the service too). Cache writes are the
+# 5-minute ones; the long-prompt surcharge the catalog lists for claude-haiku-5-5 is not applied.
+LOCAL_ADDITIONS_VERSION: Final = "2026-12-01"
+LOCAL_ADDITIONS: Final[Mapping[str, ModelPrice]] = MappingProxyType(
+    {
+        "claude-opus-5-5": ModelPrice(4.0, 20.0, cache_write=5.0, cache_read=0.2),
+        "claude-opus-5": ModelPrice(5.0, 25.0),
+        "claude-opus-4-8": ModelPrice(5.0, 25.0),
+        "claude-opus-4-7": ModelPrice(5.0, 25.0),
+        "claude-opus-4-0": ModelPrice(15.0, 75.0),
+        "claude-sonnet-5-5": ModelPrice(2.0, 10.0, cache_write=2.5, cache_read=0.1),
+        "claude-sonnet-5": ModelPrice(2.0, 10.0),
+        "claude-sonnet-4-6": ModelPrice(3.0, 15.0),
+        "claude-sonnet-4-0": ModelPrice(3.0, 15.0),
+        "claude-3-7-sonnet": ModelPrice(3.0, 15.0),
+        "claude-3-5-sonnet": ModelPrice(3.0, 15.0),
+        "claude-haiku-5-5": ModelPrice(0.1, 0.5, cache_write=0.125, cache_read=0.01),
+    }
+)
+_ALL_PRICES: Final[Mapping[str, ModelPrice]] = MappingProxyType({**LOCAL_ADDITIONS, **MODEL_PRICING})
+
 # What may follow a known id for the longer name to be the same model: a date (``-20251001``, Vertex's
 # ``@20251001``) or ``-latest``, then anything. A bare prefix is not enough: ``claude-opus-4-7`` starts
 # with no known id's date, and pricing it as some older row would be a silent lie, so it stays unknown.
@@ -64,15 +91,15 @@ _SUFFIX = re.compile(r"[-@](?:\d{8}|latest)(?:\W.*)?", re.DOTALL)
 
 def price_of(model: str) -> ModelPrice | None:
     """The price row for ``model``: its exact id, else the longest known id it extends by a date suffix."""
-    exact = MODEL_PRICING.get(model)
+    exact = _ALL_PRICES.get(model)
     if exact is not None:
         return exact
     best: str | None = None
-    for known in MODEL_PRICING:
+    for known in _ALL_PRICES:
         extends = model.startswith(known) and _SUFFIX.fullmatch(model[len(known) :]) is not None
         if extends and (best is None or len(known) > len(best)):
             best = known
-    return MODEL_PRICING[best] if best is not None else None
+    return _ALL_PRICES[best] if best is not None else None
 
 
 def is_priced(model: str) -> bool:

@@ -29,6 +29,7 @@ from bir.core.paths import project_key, server_lock
 from bir.core.service import ServiceClient
 from bir.evaluator import EvaluatorPool
 from bir.hooks.discovery import read_discovery, remove_discovery, write_discovery
+from bir.hooks.local import local_client, wants_local
 from bir.hooks.server.control import ControlServer
 from bir.hooks.server.hellos import HelloBook
 from bir.hooks.server.work_queue import ProxyWorkQueue
@@ -76,9 +77,11 @@ async def live_session(
         RuntimeError: the server did not start.
     """
     async with contextlib.AsyncExitStack() as stack:
-        if service is None:
-            service = await stack.enter_async_context(ServiceClient())
         pool = EvaluatorPool()
+        kind = "given"
+        if service is None:
+            kind = "local" if wants_local() else "remote"
+            service = await stack.enter_async_context(_service_for(project, pool, kind))
         outbox = Outbox.for_project(project, service)
         queue = ProxyWorkQueue()
         hellos = HelloBook()
@@ -100,6 +103,7 @@ async def live_session(
         # Started first, stopped last: nothing knows its address until the caller publishes it.
         stack.push_async_callback(server.stop)
         await server.start(port=port)
+        log_event("control.service", service=kind)
         await stack.enter_async_context(pool)
         await stack.enter_async_context(outbox.running())
         stack.push_async_callback(outbox.flush, 2.0)
@@ -107,6 +111,16 @@ async def live_session(
         sweeper = asyncio.create_task(_sweep_bundles(sweep_every_s), name="bir-bundle-sweep")
         stack.callback(sweeper.cancel)
         yield LiveSession(server, controller)
+
+
+def _service_for(
+    project: Path, pool: EvaluatorPool, kind: str
+) -> contextlib.AbstractAsyncContextManager[ServiceClient]:
+    """The remote service when one is configured (or ``BIR_SERVICE=remote``), else the local one on this
+    machine, whose self-checks share the session's evaluator pool (it is started before any run finishes)."""
+    if kind == "local":
+        return local_client(project=project, pool=pool)
+    return ServiceClient()
 
 
 class _UvicornToEvents(logging.Handler):

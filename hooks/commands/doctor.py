@@ -214,6 +214,9 @@ def who_derives(facts: DoctorFacts) -> Deriver:
     """This machine (a derivation key), the service (signed in, token not refused), or nobody."""
     if facts.derive_key:
         return "this machine"
+    if facts.status.local is not None and not facts.status.local.get("error"):
+        # The local service derives by slot alignment, on this machine, for nothing.
+        return "the service"
     service = facts.status.service
     if service.url is not None and facts.status.sign_in.token is not None and service.verdict != "refused":
         return "the service"
@@ -360,7 +363,24 @@ def _server_findings(facts: DoctorFacts) -> list[Finding]:
     return out
 
 
+def _local_findings(local: Mapping[str, Any]) -> list[Finding]:
+    if local.get("error"):
+        return [
+            Finding("service", "broken", f"the local store cannot be used: {local['error']}", "move the file aside")
+        ]
+    used, limit = int(local.get("bytes", 0)), int(local["limitBytes"])
+    said = (
+        f"the local service, on this machine: {local.get('runs', 0)} runs, {local.get('ready', 0)} ready scenarios, "
+        f"{used / 2**20:.1f} of {limit / 2**20:.0f} MB in {local['path']}"
+    )
+    if used > 0.9 * limit:
+        return [Finding("service", "warning", said + " (the oldest runs are being pruned)", "raise BIR_LOCAL_STORE_MB")]
+    return [Finding("service", "ok", said)]
+
+
 def _service_findings(facts: DoctorFacts) -> list[Finding]:
+    if facts.status.local is not None:
+        return _local_findings(facts.status.local)
     check = facts.status.service
     if check.verdict == "refused":
         return [Finding("service", "broken", f"{check.url} refused the token", "bir login")]

@@ -45,12 +45,17 @@ from bir.hooks.commands.scenario_render import (
     render_step,
 )
 from bir.hooks.commands.term import wants_colour
+from bir.hooks.local import local_client, open_local_service, wants_local
+from bir.hooks.local.store import StoreError
 
 MAX_LOGIC_BYTES: Final = 256 * 1024
 _FIX_LOGIN: Final = "sign in again with `bir login`, or set BIR_TOKEN"
 
 EXAMPLES: Final = {
     "list": "example:\n  bir scenario list",
+    "match": 'examples:\n  bir scenario match "list the open incidents for fleet us-east"\n'
+    '  bir scenario match "show device #4513" --json',
+    "forget": "example:\n  bir scenario forget scn_8f2c",
     "show": "examples:\n  bir scenario show run_8f2c\n  bir scenario show scn_41d0 --step 2 --json",
     "calc": "examples:\n  bir scenario calc run_8f2c\n  bir scenario calc scn_41d0 --force --discard-edits",
     "replay": 'examples:\n  bir scenario replay scn_41d0 --prompt "find the riskiest device in eu-west-1" --dry\n'
@@ -165,6 +170,13 @@ def add_parser(sub: Any) -> None:
     undo.add_argument("--force", action="store_true", help="undo although it breaks later steps (needs --note)")
     undo.add_argument("--note", help="why (required with --force)")
     _json_flag(undo)
+    matching = _sub(cmds, "match", "which local scenario a prompt would match, by which rule, with which values")
+    matching.add_argument("prompt", help="the request, as a user would type it")
+    matching.add_argument("--project", default=".", help="the project directory (default: the working directory)")
+    _json_flag(matching)
+    forget = _sub(cmds, "forget", "forget a local scenario (or run): it, its runs, edits and open tickets")
+    forget.add_argument("target", help="a scn_ or run_ id")
+    _json_flag(forget)
     editing = _sub(cmds, "editing", "which scenario tools the bir MCP server offers in this project")
     editing.add_argument("switch", choices=("on", "off", "status"))
     editing.add_argument("--project", default=".", help="the project directory (default: the working directory)")
@@ -244,14 +256,57 @@ async def _run(args: argparse.Namespace, io: _Io) -> int:
         _dry_replay_params(args)
     if plan is not None:
         await plan.compile_check(io)
+    if command in ("match", "forget"):
+        return await _local_only(command, args, io)
     read_timeout_s = config.require_int("BIR_READ_TIMEOUT_MS") / 1000
-    async with ServiceClient() as service:
+    # The local service when it is the one in use; a command that only reads needs no model.
+    client = local_client(load_model=False) if wants_local() else ServiceClient()
+    async with client as service:
         api = ScenarioApi(service, read_timeout_s=read_timeout_s)
         try:
             handler = _HANDLERS[command]
             return await handler(args, api, io, plan)
         except ServiceError as exc:
             return _no_answer(exc, io)
+
+
+async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
+    """``bir scenario match`` and ``forget``: they read the local store itself (a remote service has neither)."""
+    if not wants_local():
+        io.warn("this machine uses a remote service; match and forget work on the local one (BIR_SERVICE=local)")
+        return EXIT_FAILED
+    try:
+        async with open_local_service(
+            project=resolve_project(getattr(args, "project", ".")), load_model=command == "match"
+        ) as local:
+            if command == "forget":
+                removed = await anyio.to_thread.run_sync(local.service.store.forget, args.target)
+                if io.as_json:
+                    io.json_doc({"forgotten": removed})
+                elif removed:
+                    io.say(f"Forgot {', '.join(removed)}.")
+                else:
+                    io.say(f"Nothing is called {args.target} in the local store.")
+                return EXIT_OK if removed else EXIT_FAILED
+            found = await local.service.explain(args.prompt)
+    except StoreError as exc:
+        io.warn(str(exc))
+        return EXIT_FAILED
+    if io.as_json:
+        io.json_doc(found)
+    elif found["matched"]:
+        io.say(
+            f"Matches {found['scenarioId']} by the {found['rule']} rule (similarity {found['similarity']}),"
+            f" with {json.dumps(found['params'], ensure_ascii=False)}."
+        )
+    else:
+        io.say(
+            "Matches no ready scenario" + (f" (the embedding: {found['embedding']})." if found["embedding"] else ".")
+        )
+        for near in found["considered"]:
+            score = "" if near["score"] is None else f" {near['score']}"
+            io.say(f"  {near['scenarioId']} ({near['rule']}{score}): {near['why']}")
+    return EXIT_OK if found["matched"] else EXIT_FAILED
 
 
 # --- the service's answers in words -------------------------------------------------------------------

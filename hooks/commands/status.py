@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from bir.core import credentials, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.off_switch import OffState, read_off
@@ -23,6 +25,7 @@ from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service,
 from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
 from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
 from bir.hooks.commands.term import ago, paint, wants_colour
+from bir.hooks.local import store_summary, wants_local
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class StatusFacts:
     sign_in: credentials.Effective
     service: ServiceCheck
     log: str
+    # The local service's store when it is the service in use (no service configured, or BIR_SERVICE=local).
+    local: dict[str, Any] | None = None
 
 
 async def gather(project_dir: str | Path) -> StatusFacts:
@@ -57,6 +62,7 @@ async def gather(project_dir: str | Path) -> StatusFacts:
         sign_in=sign_in,
         service=await check_service(sign_in.url, sign_in.token),
         log=str(server_log(project)),
+        local=await anyio.to_thread.run_sync(store_summary) if wants_local() else None,
     )
 
 
@@ -78,6 +84,10 @@ def assess(facts: StatusFacts) -> list[Problem]:
                 f"bir down && bir up  (its log: {facts.log})",
             )
         )
+    if facts.local is not None and facts.local.get("error"):
+        problems.append(Problem(f"the local store cannot be used: {facts.local['error']}", "move the file aside"))
+    if facts.local is not None:
+        return problems
     if facts.service.verdict == "refused":
         problems.append(Problem(f"the service at {facts.service.url} refused the token", "bir login"))
     elif facts.service.verdict == "unexpected":
@@ -128,6 +138,8 @@ def render_json(facts: StatusFacts) -> dict[str, Any]:
         "down": facts.down,
         "controlServer": _control_json(facts.control),
         "service": {
+            "kind": "local" if facts.local is not None else "remote",
+            "local": facts.local,
             "url": facts.sign_in.url,
             "urlFrom": facts.sign_in.url_from,
             "tokenFrom": facts.sign_in.token_from,
@@ -138,7 +150,17 @@ def render_json(facts: StatusFacts) -> dict[str, Any]:
     }
 
 
+def _local_line(local: dict[str, Any], colour: bool) -> str:
+    if local.get("error"):
+        return "service:  " + paint("local, store unusable", "red", colour) + f" — {local['error']}"
+    used = f"{local.get('bytes', 0) / 2**20:.1f} of {local['limitBytes'] / 2**20:.0f} MB"
+    said = f"{local.get('runs', 0)} runs, {local.get('ready', 0)} ready scenarios, {used}"
+    return "service:  " + paint("local", "green", colour) + f" (on this machine) — {said} in {local['path']}"
+
+
 def _service_line(facts: StatusFacts, colour: bool) -> str:
+    if facts.local is not None:
+        return _local_line(facts.local, colour)
     check = facts.service
     health = facts.control.health
     where = f"{check.url} (URL from {facts.sign_in.url_from}, token from {facts.sign_in.token_from})"

@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bir.core.pricing import (
+    LOCAL_ADDITIONS,
+    LOCAL_ADDITIONS_VERSION,
     MODEL_PRICING,
     PRICING_VERSION,
     cost_usd,
@@ -59,9 +61,19 @@ def test_a_dated_id_is_priced_by_the_longest_known_id_it_extends() -> None:
 
 
 def test_a_newer_model_that_merely_starts_like_a_known_one_is_not_guessed() -> None:
-    assert price_of("claude-opus-4-7") is None
-    assert price_of("claude-sonnet-4-6") is None
-    assert not is_priced("claude-opus-4-7")
+    assert price_of("claude-opus-4-9") is None
+    assert price_of("claude-sonnet-4-7") is None
+    assert not is_priced("claude-opus-4-9")
+
+
+def test_the_model_claude_code_runs_by_default_is_priced_by_the_dated_additions_with_its_own_cache_prices() -> None:
+    assert LOCAL_ADDITIONS_VERSION == "2026-12-01"
+    assert cost_usd("claude-opus-5-5", {"input_tokens": MILLION, "output_tokens": MILLION}) == pytest.approx(24.0)
+    assert cost_usd("claude-opus-5-5", {"cache_read_input_tokens": MILLION}) == pytest.approx(0.2)
+    assert cost_usd("claude-opus-5-5", {"cache_creation_input_tokens": MILLION}) == pytest.approx(5.0)
+    assert cost_usd("claude-haiku-5-5", {"cache_read_input_tokens": MILLION}) == pytest.approx(0.01)
+    # The additions change no row of BaseIn's table.
+    assert not set(LOCAL_ADDITIONS) & set(MODEL_PRICING)
 
 
 def test_an_unknown_model_costs_nothing_and_says_it_is_unpriced() -> None:

@@ -49,8 +49,9 @@ def finding(data: dict[str, Any], topic: str, words: str) -> dict[str, Any]:
 
 
 def test_a_fresh_replay_install_is_told_it_has_no_allowlist_and_nobody_to_derive(
-    project: Path, capsys: pytest.CaptureFixture[str]
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("BIR_SERVICE", "remote")
     assert main(["install", "--replay", "--project", str(project)]) == 0
     capsys.readouterr()
     code, data = doctor_json(capsys, project)
@@ -65,6 +66,17 @@ def test_a_fresh_replay_install_is_told_it_has_no_allowlist_and_nobody_to_derive
     assert "bir login" in derive["fix"]
     assert finding(data, "hooks", "all 7 hooks as expected")["level"] == "ok"
     assert finding(data, "evaluator", "BIR_LOGIC_TIMEOUT_MS=1000 (from default)")["level"] == "ok"
+
+
+def test_with_no_service_configured_the_local_service_derives_and_doctor_says_how_full_its_store_is(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    capsys.readouterr()
+    _, data = doctor_json(capsys, project)
+    assert data["replay"]["derives"] == "the service"
+    local = finding(data, "service", "the local service, on this machine: 0 runs, 0 ready scenarios, 0.0 of 256 MB")
+    assert local["level"] == "ok"
 
 
 def test_a_missing_hook_and_a_wrong_timeout_are_broken_and_fixed_by_bir_install(

@@ -13,7 +13,7 @@ import anyio.to_thread
 import pytest
 
 from bir.cli import main
-from bir.core import credentials, installed
+from bir.core import config, credentials, installed
 from bir.core.off_switch import OffState
 from bir.hooks import api
 from bir.hooks.commands import status
@@ -87,12 +87,40 @@ async def test_a_refused_token_is_a_problem_with_its_fix_and_a_non_zero_exit(pro
     assert data["problems"][0]["fix"] == "bir login"
 
 
-def test_status_of_a_project_without_bir_says_how_to_install(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_of_a_project_without_bir_says_how_to_install(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BIR_SERVICE", "remote")
     assert main(["status", "--project", str(project)]) == 0
     out = capsys.readouterr().out
     assert "installed: no — bir install" in out
     assert "signed out — bir login" in out
     assert "\x1b[" not in out  # not a terminal: no colour
+
+
+def test_with_no_service_configured_status_says_the_local_service_is_in_use_and_how_full_its_store_is(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--project", str(project)]) == 0
+    out = capsys.readouterr().out
+    assert "service:  local (on this machine) — 0 runs, 0 ready scenarios, 0.0 of 256 MB in " in out
+    assert main(["status", "--project", str(project), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["service"]["kind"] == "local"
+    assert data["service"]["local"]["exists"] is False
+    assert data["problems"] == []
+
+
+def test_a_local_store_that_is_not_ours_is_a_problem_status_names(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = config.home() / "local" / "store.db"
+    store.parent.mkdir(parents=True)
+    store.write_text("my notes\n" * 20)
+    assert main(["status", "--project", str(project), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert "not a bir store" in data["problems"][0]["what"]
+    assert store.read_text() == "my notes\n" * 20
 
 
 def facts(
