@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from bir.core import config
+from bir.core.host import host_pid
 from bir.core.off_switch import runner_off
 from bir.core.paths import control_dir, discovery_file, pid_alive, resolve_project, revive_stamp
-from bir.hooks.hook_routes import HOOK_ROUTES
+from bir.hooks.hook_routes import HOOK_ROUTES, HOST_PID_FIELD
 
 # Events that wait for a revived server: the start of a session and its prompts are what get matched.
 WAITING_EVENTS: Final = frozenset({"SessionStart", "UserPromptSubmit"})
@@ -93,6 +94,15 @@ def read_body(stream: Any, limit: int = MAX_STDIN_BYTES) -> tuple[bytes, dict[st
     if not isinstance(parsed, dict):
         raise HookFailure("stdin is not a JSON object")
     return data, parsed
+
+
+def with_host(body: bytes, parsed: Mapping[str, Any], host: int) -> bytes:
+    """``body`` with bir's host field first in the object, the rest of its bytes as Claude Code wrote them
+    (re-encoding a large ``tool_response`` would cost every tool call). An empty object stays as it is."""
+    if not parsed or HOST_PID_FIELD in parsed:
+        return body
+    start = body.find(b"{")
+    return body[:start] + b'{"' + HOST_PID_FIELD.encode() + b'":' + str(host).encode() + b"," + body[start + 1 :]
 
 
 def project_dir(body: Mapping[str, Any], env: Mapping[str, str]) -> Path:
@@ -288,7 +298,7 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
         if server is None:
             raise HookFailure("no control server came up in time")
     url, token = server
-    return answer_text(post(url, route.path, token, body, deadline))
+    return answer_text(post(url, route.path, token, with_host(body, parsed, host_pid(env)), deadline))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

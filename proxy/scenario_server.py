@@ -44,6 +44,7 @@ from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 
 from bir.core import config, installed
+from bir.core.host import host_pid
 from bir.core.log import log_event
 from bir.core.off_switch import file_says_off
 from bir.core.paths import off_file
@@ -229,6 +230,8 @@ class ScenarioServer:
         self._session: ServerSession | None = None
         self._seen_discovery: tuple[str, int] | None = None
         self._version = bir_version()
+        # The Claude Code process that started this server: the session whose hooks the hook tool answers.
+        self.host = host_pid()
         self.mcp: Server[Any] = Server(
             "bir", version=self._version, on_list_tools=self._list_tools, on_call_tool=self._call_tool
         )
@@ -315,13 +318,15 @@ class ScenarioServer:
     async def _hook(self, params: types.CallToolRequestParams) -> types.CallToolResult:
         # The off switch is read on every call, as bir-hook does: `bir off` takes effect at once.
         off = self.switch.read()
-        reply = await answer_hook(params.arguments, params.meta, off=off, post=self.control.post_hook)
+        reply = await answer_hook(params.arguments, params.meta, off=off, post=self.control.post_hook, host=self.host)
         if reply.failure is not None:
             log_event("scenario.hook", ok=False, hookEvent=reply.event, reason=reply.failure)
         return _result(reply.text, is_error=False)
 
     async def _send_hello(self) -> None:
-        payload = api.Hello(pid=os.getpid(), version=self._version, tools=len(self.tools()), off=self.off)
+        payload = api.Hello(
+            pid=os.getpid(), version=self._version, tools=len(self.tools()), off=self.off, host_pid=self.host
+        )
         await self.control.hello(payload)
 
     async def _watch(self) -> None:

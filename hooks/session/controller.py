@@ -143,7 +143,7 @@ class Controller:
     # -- the hook routes ------------------------------------------------------------------------
 
     async def handle(self, event: str, hook: api.HookInput, deadline: float) -> api.HookAnswer:
-        self.queue.note_session(hook.session_id)
+        self.queue.note_session(hook.session_id, hook.bir_host_pid)
         session = self.sessions.touch(hook.session_id, self._clock())
         handler = {
             "SessionStart": self._on_start,

@@ -92,6 +92,8 @@ async def test_a_pre_tool_use_hook_reaches_the_route_rebuilt_and_its_answer_is_t
     assert hook.cwd == "/tmp/p"
     assert hook.tool_response is None
     assert hook.error is None
+    # bir-scenario runs as this test process's child: the hook's session is that host's.
+    assert hook.bir_host_pid == os.getpid()
 
 
 @pytest.mark.anyio
