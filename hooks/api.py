@@ -292,9 +292,11 @@ class HookSpecificOutput(msgspec.Struct, frozen=True, omit_defaults=True, rename
 
 
 class HookAnswer(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
-    """What a hook prints: ``{}`` when bir has nothing to say."""
+    """What a hook prints: ``{}`` when bir has nothing to say. ``system_message`` is shown to the user,
+    never to the model."""
 
     hook_specific_output: HookSpecificOutput | None = None
+    system_message: str | None = None
 
 
 EMPTY_HOOK_ANSWER: Final = HookAnswer()

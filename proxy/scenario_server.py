@@ -13,13 +13,17 @@ background sender, bounded at 1 s and never awaited by a request.
 The off switch is ``BIR_OFF`` (read at start) or the file ``<BIR_HOME>/off`` (looked at every 2 s).
 While off, ``tools/list`` lists nothing, and a flip is announced with ``notifications/tools/list_changed``.
 
+``run_scenario`` is listed only while replay is on for the project (its stored switch, and ``BIR_REPLAY``
+not ``0``; looked at with the off switch): ``bir install`` always registers this server, since it carries
+the tool events' hooks, and without replay no tool of it rides along a request (D14).
+
 The scenario tools (``bir.proxy.scenario_tools``, spec §16.5): the reading ones are listed where the
 project's ``editing`` switch is on (``bir scenario editing on``, looked at with the off switch) or
 ``BIR_SCENARIO_TOOLS=read``, and answered even unlisted; the changing ones are listed and run only with
 editing on. A change of the list is announced the same way.
 
-The ``hook`` tool (``bir.proxy.hook_tool``, unlisted) answers the tool events of ``bir install
---mcp-hooks``: Claude Code's ``mcp_tool`` hooks, POSTed to the control server's hook routes.
+The ``hook`` tool (``bir.proxy.hook_tool``, unlisted) answers the tool events (``bir install`` writes them
+as ``mcp_tool`` hooks on this server): POSTed to the control server's hook routes.
 
 Usage: ``bir-scenario [--project DIR]`` (the project directory defaults to the working directory).
 """
@@ -225,7 +229,7 @@ class ScenarioServer:
         self.control = control
         self.switch = OffSwitch(settings.env_off, settings.off_path)
         self.off = self.switch.read()
-        self.editing = self._read_editing()
+        self.editing, self.replay = self._read_switches()
         self.heartbeat = Heartbeat(self._send_hello)
         self._session: ServerSession | None = None
         self._seen_discovery: tuple[str, int] | None = None
@@ -238,7 +242,8 @@ class ScenarioServer:
         self.mcp.middleware.append(self._observe)
 
     def tools(self) -> list[types.Tool]:
-        """What ``tools/list`` answers now: ``run_scenario`` and the scenario tools allowed, or nothing while off."""
+        """What ``tools/list`` answers now: ``run_scenario`` while replay is on, the scenario tools allowed,
+        or nothing while off."""
         if self.off:
             return []
         run = types.Tool(
@@ -247,15 +252,19 @@ class ScenarioServer:
         names = (READ_TOOLS if self.editing or self.settings.read_tools else ()) + (
             CHANGE_TOOLS if self.editing else ()
         )
-        return [run, *tool_definitions(names)]
+        return [*([run] if self.replay else []), *tool_definitions(names)]
 
-    def _read_editing(self) -> bool:
+    def _read_switches(self) -> tuple[bool, bool]:
+        """The project's ``editing`` and replay switches now (both off when the store cannot be read)."""
         try:
             switches = installed.project(self.settings.project_dir)
         except Exception as exc:  # noqa: BLE001 - an unreadable store must read as "editing off"
             log_event("scenario.editing_unreadable", error=f"{type(exc).__name__}: {exc}")
-            return False
-        return switches is not None and switches.editing
+            return False, False
+        return switches is not None and switches.editing, installed.replay_on(switches)
+
+    def _read_editing(self) -> bool:
+        return self._read_switches()[0]
 
     async def _scenario_tool(self, params: types.CallToolRequestParams) -> types.CallToolResult:
         reading = params.name in READ_TOOLS
@@ -342,10 +351,13 @@ class ScenarioServer:
             log_event("scenario.off_switch", off=off)
             await self._announce_tools_changed()
             self.heartbeat.poke()
-        editing = self._read_editing()
-        if editing != self.editing:
-            self.editing = editing
-            log_event("scenario.editing_switch", editing=editing)
+        editing, replay = self._read_switches()
+        if (editing, replay) != (self.editing, self.replay):
+            if editing != self.editing:
+                log_event("scenario.editing_switch", editing=editing)
+            if replay != self.replay:
+                log_event("scenario.replay_switch", replay=replay)
+            self.editing, self.replay = editing, replay
             if not self.off:
                 await self._announce_tools_changed()
                 self.heartbeat.poke()

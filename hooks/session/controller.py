@@ -89,6 +89,7 @@ class Controller:
         delivery_live: Callable[[], bool],
         wait_for_delivery: Callable[[float], Awaitable[bool]] | None = None,
         expected_wrapped: Callable[[], frozenset[str]] = frozenset,
+        wrap_approved: Callable[[], Awaitable[list[str]]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue = queue
@@ -102,6 +103,9 @@ class Controller:
         self.delivery_live = delivery_live
         self.wait_for_delivery = wait_for_delivery or _no_wait
         self.expected_wrapped = expected_wrapped
+        # Wraps the .mcp.json servers approved in Claude Code since the install (``bir.hooks.wiring``).
+        self.wrap_approved = wrap_approved
+        self._wrapping = asyncio.Lock()
         self.sessions = SessionTable()
         self.health = ServiceHealth()
         self.gate = MatchGate()
@@ -169,8 +173,32 @@ class Controller:
         return api.EMPTY_HOOK_ANSWER
 
     async def _on_start(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
-        log_event("session.started", session_id=session.session_id, source=hook.source)
-        return api.EMPTY_HOOK_ANSWER
+        log_event("session.started", session_id=session.session_id, source=hook.source, host_pid=hook.bir_host_pid)
+        wrapped = await self._wrap_approved()
+        if not wrapped:
+            return api.EMPTY_HOOK_ANSWER
+        names = ", ".join(wrapped)
+        # For the user, never the model: this session's servers already started unwrapped.
+        return api.HookAnswer(
+            system_message=f"bir: {names} {'was' if len(wrapped) == 1 else 'were'} approved in Claude Code since "
+            f"bir was installed here; from the next session on {'it runs' if len(wrapped) == 1 else 'they run'} "
+            "behind bir-proxy, so scenarios calling its tools can run direct."
+        )
+
+    async def _wrap_approved(self) -> list[str]:
+        """Servers approved since the install, wrapped now for the next session; once each (the store then
+        knows them). Never raises: a failure is logged and the session goes on."""
+        if self.wrap_approved is None:
+            return []
+        async with self._wrapping:
+            try:
+                wrapped = await self.wrap_approved()
+            except Exception as exc:  # noqa: BLE001 - the host session must never fail because of bir
+                log_event("session.wrap_failed", error=f"{type(exc).__name__}: {exc}"[:500])
+                return []
+        if wrapped:
+            log_event("session.wrapped_approved", servers=wrapped)
+        return wrapped
 
     async def _on_prompt(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         switches = self.switches()

@@ -1,12 +1,11 @@
-"""``bir install`` / ``bir uninstall`` against real files in a temp HOME and project."""
+"""What ``bir install`` writes and ``bir uninstall`` takes back (``bir.hooks.wiring``), against real files in
+a temp HOME and project."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +13,15 @@ import pytest
 
 from bir.core import installed
 from bir.hooks import api
-from bir.hooks.commands.install import (
+from bir.hooks.wiring import (
     HOOK_EVENTS,
     InstallError,
-    describe,
     find_executables,
     install,
     merge_hooks,
     uninstall,
+    unwrapped_servers,
+    wrap_approved,
 )
 
 EXES = find_executables()
@@ -92,7 +92,7 @@ def _seed(env: dict[str, str], project: Path, local: dict[str, Any] | None = Non
 
 def test_install_writes_the_seven_hooks_with_their_timeouts_and_never_async(env: dict[str, str], project: Path) -> None:
     _seed(env, project)
-    change = install(project, replay=False, exes=EXES, env=env)
+    change = install(project, replay=False, exes=EXES, env=env, command_hooks=True)
 
     hooks = _settings(project)["hooks"]
     assert list(hooks) == list(HOOK_EVENTS)
@@ -137,7 +137,8 @@ def test_install_wraps_stdio_servers_of_every_scope_in_the_local_scope_and_leave
         "env": {"TOKEN": "t"},
     }
     assert "web" not in local
-    assert "bir" not in local
+    # The `bir` server is always there: it carries the tool events' hooks (and lists no tools without replay).
+    assert local["bir"] == {"type": "stdio", "command": str(EXES.scenario), "args": [], "env": {}}
     assert change.servers_left == {"web": "http server: not wrapped"}
     assert sorted(change.servers_wrapped) == ["fleet", "usr"]
     # The project's own file is never touched.
@@ -190,7 +191,7 @@ def test_foreign_hooks_stay_in_order_and_bir_is_replaced_in_place(env: dict[str,
     }
     _write_json(project / ".claude" / "settings.local.json", settings)
 
-    install(project, replay=False, exes=EXES, env=env)
+    install(project, replay=False, exes=EXES, env=env, command_hooks=True)
 
     after = _settings(project)
     assert list(after) == ["permissions", "hooks", "env"]
@@ -270,7 +271,7 @@ def test_uninstall_after_claude_code_rewrote_its_config_keeps_that_and_restores_
 
 def test_a_project_server_the_user_has_not_approved_is_not_wrapped(env: dict[str, str], project: Path) -> None:
     _seed(env, project)
-    servers = {"fleet": {"command": "python"}, "new": {"command": "evil"}, "off": {"command": "x"}}
+    servers = {"fleet": {"command": "python"}, "new": {"command": "evil", "args": ["--all"]}, "off": {"command": "x"}}
     _write_json(project / ".mcp.json", {"mcpServers": servers})
     doc = json.loads(_claude_json(env).read_text())
     doc["projects"][str(project)]["disabledMcpjsonServers"] = ["off"]
@@ -278,9 +279,11 @@ def test_a_project_server_the_user_has_not_approved_is_not_wrapped(env: dict[str
 
     change = install(project, replay=False, exes=EXES, env=env)
 
-    assert set(_local(env, project)) == {"fleet", "usr"}
+    assert set(_local(env, project)) == {"fleet", "usr", "bir"}
     assert "not approved" in change.servers_left["new"]
-    assert change.servers_left["off"] == "disabled for this project"
+    assert change.servers_unapproved == {"new": "evil --all"}
+    assert change.servers_left["off"] == "rejected in Claude Code for this project"
+    assert "enabledMcpjsonServers" not in _settings(project)
 
 
 def test_enable_all_project_servers_in_the_settings_approves_them(env: dict[str, str], project: Path) -> None:
@@ -320,22 +323,22 @@ def test_install_refuses_a_claude_config_that_is_not_json(env: dict[str, str], p
     assert _claude_json(env).read_text() == "{oops"
 
 
-def test_replay_registers_the_bir_server_and_uninstall_replay_takes_only_it_out(
+def test_uninstall_replay_only_turns_replay_off_and_the_bir_server_with_its_hooks_stays(
     env: dict[str, str], project: Path
 ) -> None:
     _seed(env, project)
     install(project, replay=True, exes=EXES, env=env)
-    assert _local(env, project)["bir"] == {"type": "stdio", "command": str(EXES.scenario), "args": [], "env": {}}
     switches = installed.project(project)
     assert switches is not None
     assert switches.replay is True
+    settings, claude = (project / ".claude" / "settings.local.json").read_bytes(), _claude_json(env).read_bytes()
 
-    uninstall(project, replay_only=True, env=env)
+    change = uninstall(project, replay_only=True, env=env)
 
-    local = _local(env, project)
-    assert "bir" not in local
-    assert local["fleet"]["command"] == str(EXES.proxy)
-    assert "hooks" in _settings(project)
+    # The `bir` server carries the tool events' hooks: it stays, and lists no tools while replay is off.
+    assert (project / ".claude" / "settings.local.json").read_bytes() == settings
+    assert _claude_json(env).read_bytes() == claude
+    assert change.files_changed == []
     switches = installed.project(project)
     assert switches is not None
     assert switches.replay is False
@@ -349,7 +352,7 @@ def test_install_without_replay_turns_it_off_and_clears_down(env: dict[str, str]
     switches = installed.project(project)
     assert switches is not None
     assert (switches.replay, switches.down) == (False, False)
-    assert "bir" not in _local(env, project)
+    assert _local(env, project)["bir"]["command"] == str(EXES.scenario)
 
 
 def test_claude_config_dir_moves_the_user_config(env: dict[str, str], project: Path, tmp_path: Path) -> None:
@@ -364,41 +367,7 @@ def test_merge_hooks_refuses_hooks_that_are_not_an_object() -> None:
         merge_hooks({"hooks": []}, EXES)
 
 
-def _bir(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "bir"), *args], capture_output=True, text=True, env=env, check=False
-    )
-
-
-def test_the_commands_say_what_changed_and_how_to_undo_it(env: dict[str, str], project: Path) -> None:
-    _seed(env, project)
-    done = _bir("install", "--project", str(project), env=env)
-    assert done.returncode == 0, done.stderr
-    assert "settings.local.json" in done.stdout
-    assert "web (http server: not wrapped)" in done.stdout
-    assert "Replay is off" in done.stdout
-    assert "bir uninstall" in done.stdout
-
-    done = _bir("install", "--replay", "--json", "--project", str(project), env=env)
-    report = json.loads(done.stdout)
-    assert report["replay"] is True
-    assert report["birServer"] is True
-    assert report["filesChanged"] == [str(_claude_json(env))]
-
-    done = _bir("uninstall", "--project", str(project), env=env)
-    assert done.returncode == 0
-    assert "uninstalled" in done.stdout
-
-
-def test_the_command_exits_1_naming_a_bad_file(env: dict[str, str], project: Path) -> None:
-    _claude_json(env).write_text("[1")
-    done = _bir("install", "--project", str(project), env=env)
-    assert done.returncode == 1
-    assert str(_claude_json(env)) in done.stderr
-    assert done.stdout == ""
-
-
-# -- --mcp-hooks: the tool events as mcp_tool hooks on the bir server ---------------------------------------
+# -- the tool events as mcp_tool hooks on the bir server (the default) -------------------------------------
 
 
 def _mcp_hook(event: str) -> dict[str, Any]:
@@ -411,11 +380,11 @@ def _mcp_hook(event: str) -> dict[str, Any]:
     }
 
 
-def test_mcp_hooks_make_the_tool_events_mcp_tool_hooks_and_leave_the_other_four_commands(
+def test_by_default_the_tool_events_are_mcp_tool_hooks_and_the_other_four_commands(
     env: dict[str, str], project: Path
 ) -> None:
     _seed(env, project)
-    change = install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
+    change = install(project, replay=False, exes=EXES, env=env)
 
     hooks = _settings(project)["hooks"]
     assert list(hooks) == list(HOOK_EVENTS)
@@ -430,49 +399,29 @@ def test_mcp_hooks_make_the_tool_events_mcp_tool_hooks_and_leave_the_other_four_
     assert hooks["PreToolUse"][0]["hooks"][0]["input"]["tool_input"] == "${tool_input}"
     assert _local(env, project)["bir"]["command"] == str(EXES.scenario)
     assert change.mcp_hooks is True
-    assert "mcp_tool hooks on the `bir` MCP server" in describe(change)
+    assert installed.project(project) is not None
 
 
-def test_mcp_hooks_without_replay_are_refused_and_nothing_changes(env: dict[str, str], project: Path) -> None:
-    before = _seed(env, project)
-    with pytest.raises(InstallError, match="--mcp-hooks needs --replay"):
-        install(project, replay=False, mcp_hooks=True, exes=EXES, env=env)
-    assert _claude_json(env).read_bytes() == before
-    assert not (project / ".claude").exists()
-    done = _bir("install", "--mcp-hooks", "--project", str(project), env=env)
-    assert done.returncode == 1
-    assert "--mcp-hooks needs --replay" in done.stderr
-
-
-def test_installing_again_without_mcp_hooks_puts_the_commands_back_in_place(env: dict[str, str], project: Path) -> None:
+def test_installing_again_with_command_hooks_puts_the_commands_in_place_and_back(
+    env: dict[str, str], project: Path
+) -> None:
     _seed(env, project)
-    install(project, replay=True, exes=EXES, env=env)
+    install(project, replay=True, exes=EXES, env=env, command_hooks=True)
     plain = _settings(project)
-    install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
-    assert _settings(project) != plain
     install(project, replay=True, exes=EXES, env=env)
+    assert _settings(project) != plain
+    install(project, replay=True, exes=EXES, env=env, command_hooks=True)
     assert _settings(project) == plain
 
 
-def test_uninstall_replay_turns_the_mcp_hooks_back_into_commands_and_uninstall_restores_every_byte(
-    env: dict[str, str], project: Path
-) -> None:
+def test_uninstall_restores_every_byte_of_settings_that_had_foreign_hooks(env: dict[str, str], project: Path) -> None:
     original_claude = _seed(env, project)
     settings_path = project / ".claude" / "settings.local.json"
     settings_path.parent.mkdir()
     theirs = {"type": "command", "command": "lint"}
     original_settings = _write_json(settings_path, {"hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [theirs]}]}})
-    install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
+    install(project, replay=True, exes=EXES, env=env)
     assert _settings(project)["hooks"]["PostToolUse"][0]["hooks"] == [theirs]
-
-    change = uninstall(project, replay_only=True, env=env, exes=EXES)
-
-    assert "bir" not in _local(env, project)
-    hooks = _settings(project)["hooks"]
-    for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
-        ours = [h for group in hooks[event] for h in group["hooks"] if h != theirs]
-        assert ours == [{"type": "command", "command": f"{EXES.hook} {event}", "timeout": HOOK_EVENTS[event][0]}]
-    assert str(settings_path) in change.files_changed
 
     uninstall(project, env=env)
     assert settings_path.read_bytes() == original_settings
@@ -483,7 +432,7 @@ def test_uninstall_takes_the_mcp_hooks_out_exactly_when_someone_changed_the_file
     env: dict[str, str], project: Path
 ) -> None:
     _seed(env, project)
-    install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
+    install(project, replay=True, exes=EXES, env=env)
     settings_path = project / ".claude" / "settings.local.json"
     doc = _settings(project)
     doc["permissions"] = {"allow": ["Bash(ls)"]}
@@ -492,3 +441,119 @@ def test_uninstall_takes_the_mcp_hooks_out_exactly_when_someone_changed_the_file
     uninstall(project, env=env)
 
     assert _settings(project) == {"permissions": {"allow": ["Bash(ls)"]}}
+
+
+# -- .mcp.json servers Claude Code has not approved ---------------------------------------------------------
+
+
+def _unapproved_project(env: dict[str, str], project: Path) -> None:
+    """A project as a fresh clone has it: two .mcp.json servers, one turned down, none approved yet."""
+    servers = {
+        "fleet": {"command": "python", "args": ["-m", "fleet"]},
+        "db": {"command": "db-server"},
+        "gone": {"command": "nope"},
+        "web": {"type": "http", "url": "https://example.invalid/mcp"},
+    }
+    _write_json(project / ".mcp.json", {"mcpServers": servers})
+    _write_json(project / ".claude" / "settings.local.json", {"disabledMcpjsonServers": ["gone"]})
+
+
+def test_a_server_approved_through_install_is_recorded_where_claude_code_keeps_approvals_and_wrapped(
+    env: dict[str, str], project: Path
+) -> None:
+    _unapproved_project(env, project)
+    change = install(project, replay=True, exes=EXES, env=env, approve=frozenset({"fleet"}))
+
+    assert change.servers_approved == ["fleet"]
+    assert change.servers_unapproved == {"db": "db-server"}
+    # Where Claude Code's own "New MCP server found" dialog writes the user's yes (2.1.197 and 2.1.332).
+    assert _settings(project)["enabledMcpjsonServers"] == ["fleet"]
+    assert _local(env, project)["fleet"]["args"] == ["--server-name", "fleet", "--", "python", "-m", "fleet"]
+    assert "db" not in _local(env, project)
+    assert "web" not in _local(env, project)
+
+
+def test_yes_approves_every_unapproved_stdio_server_but_never_one_the_user_turned_down(
+    env: dict[str, str], project: Path
+) -> None:
+    _unapproved_project(env, project)
+    change = install(project, replay=True, exes=EXES, env=env, approve="all")
+    assert sorted(change.servers_approved) == ["db", "fleet"]
+    assert change.servers_unapproved == {}
+    settings = _settings(project)
+    assert sorted(settings["enabledMcpjsonServers"]) == ["db", "fleet"]
+    assert settings["disabledMcpjsonServers"] == ["gone"]
+    assert "gone" not in _local(env, project)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("gone", "turned down in Claude Code"),
+        ("nosuch", "not a server of this project's .mcp.json"),
+        ("web", "http server: not wrapped"),
+    ],
+)
+def test_approving_a_server_bir_cannot_approve_is_refused_and_changes_nothing(
+    env: dict[str, str], project: Path, name: str, message: str
+) -> None:
+    _unapproved_project(env, project)
+    before = (project / ".claude" / "settings.local.json").read_bytes()
+    with pytest.raises(InstallError, match=message):
+        install(project, replay=True, exes=EXES, env=env, approve=frozenset({name}))
+    assert (project / ".claude" / "settings.local.json").read_bytes() == before
+    assert not _claude_json(env).exists()
+    assert installed.project(project) is None
+
+
+def test_uninstall_takes_back_only_the_approvals_bir_added_byte_for_byte_or_by_name(
+    env: dict[str, str], project: Path
+) -> None:
+    _unapproved_project(env, project)
+    settings_path = project / ".claude" / "settings.local.json"
+    original = settings_path.read_bytes()
+    install(project, replay=True, exes=EXES, env=env, approve=frozenset({"fleet"}))
+    change = uninstall(project, env=env)
+    assert settings_path.read_bytes() == original
+    assert change.approvals_taken_back == ["fleet"]
+
+    install(project, replay=True, exes=EXES, env=env, approve=frozenset({"fleet"}))
+    # Then the user approves db in Claude Code's dialog, which rewrites the file.
+    doc = _settings(project)
+    doc["enabledMcpjsonServers"].append("db")
+    _write_json(settings_path, doc)
+    uninstall(project, env=env)
+    assert _settings(project) == {"disabledMcpjsonServers": ["gone"], "enabledMcpjsonServers": ["db"]}
+
+
+def test_a_server_approved_in_claude_code_after_the_install_is_wrapped_once_for_the_next_session(
+    env: dict[str, str], project: Path
+) -> None:
+    _unapproved_project(env, project)
+    install(project, replay=True, exes=EXES, env=env)
+    assert "fleet" not in _local(env, project)
+    assert [u.name for u in unwrapped_servers(project, env) if u.fix] == ["db", "fleet"]
+
+    # The user says yes in Claude Code's dialog: it writes the approval into settings.local.json.
+    doc = _settings(project)
+    doc["enabledMcpjsonServers"] = ["fleet"]
+    _write_json(project / ".claude" / "settings.local.json", doc)
+    assert (
+        "approved in Claude Code since bir install" in {u.name: u.why for u in unwrapped_servers(project, env)}["fleet"]
+    )
+
+    assert wrap_approved(project, exes=EXES, env=env) == ["fleet"]
+    assert _local(env, project)["fleet"]["command"] == str(EXES.proxy)
+    assert wrap_approved(project, exes=EXES, env=env) == []
+    assert "fleet" not in {u.name for u in unwrapped_servers(project, env)}
+
+    uninstall(project, env=env)
+    # Install had created the user config; the late wrap's entry goes with it.
+    assert not _claude_json(env).exists()
+
+
+def test_nothing_is_wrapped_late_where_bir_is_not_installed(env: dict[str, str], project: Path) -> None:
+    _unapproved_project(env, project)
+    _write_json(project / ".claude" / "settings.local.json", {"enabledMcpjsonServers": ["fleet"]})
+    assert wrap_approved(project, exes=EXES, env=env) == []
+    assert not _claude_json(env).exists()

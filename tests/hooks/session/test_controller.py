@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import anyio
 import pytest
 
+from bir.cli import main
 from tests.fakes.baseinsvc import Canned
-from tests.hooks.control_rig import PROMPT, Rig, direct_hit, hook_input, scenario
+from tests.fakes.fixtures import running_fake_service
+from tests.hooks.control_rig import PROMPT, Rig, direct_hit, hook_input, live_server, scenario
 
 pytestmark = pytest.mark.anyio
 
@@ -253,3 +257,36 @@ async def test_a_first_prompt_waits_a_moment_for_the_proxies_bir_installed_befor
     [armed] = rig.events("plan.armed")
     assert armed["mode"] == "direct"
     assert "Call mcp__bir__run_scenario once" in answer["hookSpecificOutput"]["additionalContext"]
+
+
+async def test_a_server_approved_since_the_install_is_wrapped_at_session_start_and_the_user_told_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    project = (tmp_path / "project").resolve()
+    project.mkdir()
+    fleet = {"command": sys.executable, "args": ["-m", "bir.examples.fleet_server"]}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"fleet": fleet}}))
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    # The user said yes in Claude Code's dialog, which records it where bir reads it.
+    settings_path = project / ".claude" / "settings.local.json"
+    settings = json.loads(settings_path.read_text())
+    settings["enabledMcpjsonServers"] = ["fleet"]
+    settings_path.write_text(json.dumps(settings))
+
+    async with running_fake_service() as fake, live_server(project, fake) as http:
+        start = hook_input("SessionStart", source="startup", cwd=str(project))
+        first = (await http.post("/session/start", json=start)).json()
+        second = (await http.post("/session/start", json={**start, "session_id": "sess-2"})).json()
+
+    assert first == {
+        "systemMessage": "bir: fleet was approved in Claude Code since bir was installed here; from the next session"
+        " on it runs behind bir-proxy, so scenarios calling its tools can run direct."
+    }
+    assert "hookSpecificOutput" not in first  # nothing reaches the model
+    assert second == {}
+    local = json.loads((home / ".claude.json").read_text())["projects"][str(project)]["mcpServers"]
+    assert local["fleet"]["args"][:2] == ["--server-name", "fleet"]
