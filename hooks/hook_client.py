@@ -7,7 +7,7 @@ JSON object, ``{}`` at worst, and exits 0: the host session must never fail beca
 Failures go to ``<BIR_HOME>/logs/hook.log``, never to stderr, which Claude Code may show the user.
 
 When an installed project (not marked down) has no live server, the hook starts
-``bir-hooks revive`` detached, at most once per ``REVIVE_EVERY_S``, and on SessionStart and
+``bir-hooks revive`` detached (``bir.core.revive``: at most once per ``REVIVE_EVERY_S``), and on SessionStart and
 UserPromptSubmit waits up to ``REVIVE_WAIT_S`` for it, so that a session's first prompt is still
 matched.
 
@@ -31,7 +31,7 @@ from typing import Any, Final
 from bir.core import config
 from bir.core.host import host_pid
 from bir.core.off_switch import runner_off
-from bir.core.paths import control_dir, discovery_file, pid_alive, resolve_project, revive_stamp
+from bir.core.paths import discovery_file, pid_alive, resolve_project
 from bir.hooks.hook_routes import HOOK_ROUTES, HOST_PID_FIELD
 
 # Events that wait for a revived server: the start of a session and its prompts are what get matched.
@@ -40,7 +40,6 @@ WAITING_EVENTS: Final = frozenset({"SessionStart", "UserPromptSubmit"})
 MAX_STDIN_BYTES: Final = 16 * 1024 * 1024
 MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 MAX_DISCOVERY_BYTES: Final = 64 * 1024
-REVIVE_EVERY_S: Final = 10.0
 REVIVE_WAIT_S: Final = 1.0
 REVIVE_POLL_S: Final = 0.04
 LOG_MAX_BYTES: Final = 1024 * 1024
@@ -212,53 +211,6 @@ def answer_text(data: bytes) -> str:
     return json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
 
 
-def hooks_command() -> list[str]:
-    """How to start ``bir-hooks`` of this installation: the script beside the interpreter or this
-    script, else ``python -m bir.hooks``."""
-    for folder in (Path(sys.executable).parent, Path(sys.argv[0]).resolve().parent if sys.argv[0] else None):
-        if folder is not None:
-            candidate = folder / "bir-hooks"
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return [str(candidate)]
-    import shutil
-
-    found = shutil.which("bir-hooks")
-    return [found] if found else [sys.executable, "-m", "bir.hooks"]
-
-
-def revive(home: Path, project: Path, now: float | None = None) -> bool:
-    """Start ``bir-hooks revive --project PROJECT`` detached, unless one was started within
-    ``REVIVE_EVERY_S``; True if started.
-
-    Raises:
-        OSError: the stamp or the process could not be made.
-    """
-    stamp = revive_stamp(home, project)
-    now = time.time() if now is None else now
-    try:
-        if now - stamp.stat().st_mtime < REVIVE_EVERY_S:
-            return False
-    except FileNotFoundError:
-        pass
-    folder = control_dir(home)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.close(fd)
-    os.utime(stamp, (now, now))
-    import subprocess
-
-    subprocess.Popen(
-        [*hooks_command(), "revive", "--project", str(project)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        close_fds=True,
-        start_new_session=True,
-        cwd=str(project) if project.is_dir() else "/",
-    )
-    return True
-
-
 def _wait_for_server(home: Path, project: Path, until: float) -> tuple[str, str] | None:
     while True:
         server = read_server(home, project)
@@ -284,6 +236,7 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
     server = read_server(home, project)
     if server is None:
         from bir.core import installed
+        from bir.core.revive import revive
 
         switches = installed.project(project, home)
         if switches is None or switches.down:

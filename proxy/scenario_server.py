@@ -23,7 +23,9 @@ project's ``editing`` switch is on (``bir scenario editing on``, looked at with 
 editing on. A change of the list is announced the same way.
 
 The ``hook`` tool (``bir.proxy.hook_tool``, unlisted) answers the tool events (``bir install`` writes them
-as ``mcp_tool`` hooks on this server): POSTed to the control server's hook routes.
+as ``mcp_tool`` hooks on this server): POSTed to the control server's hook routes. When the project has no
+live control server, the hook tool and ``run_scenario`` start ``bir-hooks revive`` as ``bir-hook`` does
+(``bir.core.revive``: installed, not down, once per 10 s) and answer as without one.
 
 Usage: ``bir-scenario [--project DIR]`` (the project directory defaults to the working directory).
 """
@@ -52,6 +54,7 @@ from bir.core.host import host_pid
 from bir.core.log import log_event
 from bir.core.off_switch import file_says_off
 from bir.core.paths import off_file
+from bir.core.revive import revive_if_due
 from bir.hooks import api
 from bir.hooks.control_client import ControlClient, ControlError
 from bir.hooks.discovery import Discovery, read_discovery
@@ -156,10 +159,23 @@ class ScenarioLink:
     def _client(self, found: Discovery) -> ControlClient:
         return ControlClient(found, http=self._http, max_answer_bytes=MAX_REPLY_BYTES)
 
+    async def revive(self) -> bool:
+        """Start the project's control server when it is due (``bir.core.revive``: an installed project, not
+        down, at most once per 10 s across every hook); True if one was started. Never raises."""
+        try:
+            started = await anyio.to_thread.run_sync(revive_if_due, config.home(), self._project_dir)
+        except OSError as exc:
+            log_event("scenario.recorder_revive", ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            return False
+        if started:
+            log_event("scenario.recorder_revive", ok=True, project=str(self._project_dir))
+        return started
+
     async def run(self, tool_use_id: str | None, timeout_s: float) -> Answer:
         """``POST /scenario/run`` and what it means for the model; never raises but for cancellation."""
         found = self.discovery()
         if found is None:
+            await self.revive()
             return no_control_server("no discovery file for this project")
         body = api.ScenarioRunRequest(tool_use_id=tool_use_id)
         try:
@@ -183,6 +199,8 @@ class ScenarioLink:
         """
         found = self.discovery()
         if found is None:
+            # The next tool call's hook finds it: a revived server takes about a second to publish itself.
+            await self.revive()
             raise LookupError("no discovery file for this project")
         hook = next(r for r in api.HOOKS.values() if r.path == route)
         return await self._client(found).send(hook, body, timeout_s=timeout_s)
