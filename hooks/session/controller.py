@@ -35,8 +35,8 @@ from bir.hooks import api
 from bir.hooks.server.routes import ReceivedStep
 from bir.hooks.server.work_queue import ProxyWorkQueue
 from bir.hooks.session.arming import Armable, DecisionCode, Decline, ladder
-from bir.hooks.session.booking import draft, settle
-from bir.hooks.session.calls import CallRecording
+from bir.hooks.session.booking import Finish, draft, settle
+from bir.hooks.session.calls import RECORDING_SETTLE_S, CallRecording
 from bir.hooks.session.direct_run import NOT_RUN_NOTE, DirectRunner
 from bir.hooks.session.match_gate import MatchGate, ServiceHealth
 from bir.hooks.session.ports import ExecutionReports, RunRecorder
@@ -112,6 +112,8 @@ class Controller:
         self._clock = clock
         self.reports_of_proxies = ProxyReports(queue.bind)
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Recorded turns being sealed (their steps, then their finish): a shutdown waits for them.
+        self._finishing: set[asyncio.Task[Any]] = set()
         self.direct = DirectRunner(
             queue=queue, sessions=self.sessions, allow=lambda: self.switches().allow, clock=clock
         )
@@ -121,6 +123,7 @@ class Controller:
             service=service,
             allow_servers=lambda: self.switches().allow,
             proxy_report=self.reports_of_proxies.wait,
+            unseen_calls=lambda run: self.calls.unseen(run),  # noqa: PLW0108 - self.calls is built below
             clock=clock,
         )
         self.calls = CallRecording(
@@ -434,6 +437,8 @@ class Controller:
         tool, tool_use_id = hook.tool_name, hook.tool_use_id
         if tool_use_id is not None:
             self.reports_of_proxies.note_call(tool_use_id, session.session_id)
+        if run is not None:
+            run.saw(tool_use_id)
         if run is None or run.phase in ENDED:
             return api.EMPTY_HOOK_ANSWER
         if tool_use_id is not None and tool is not None and len(run.pending) < 256:
@@ -444,6 +449,11 @@ class Controller:
         if plan is None:
             return self.calls.correlate(run, hook)
         if plan.mode != "direct" or run.phase not in LIVE:
+            return api.EMPTY_HOOK_ANSWER
+        if tool == RUN_SCENARIO_TOOL and run.bound_tool_use_id is None and await self.calls.unseen(run):
+            # A call no hook saw came first (made before the `bir` server was connected): §6.4's veto.
+            if self._retire(run, "vetoed"):
+                run.veto_note_for = tool_use_id
             return api.EMPTY_HOOK_ANSWER
         if tool == RUN_SCENARIO_TOOL:
             if run.bound_tool_use_id is None and run.permission_mode != "plan":
@@ -471,12 +481,15 @@ class Controller:
         if run is None or tool_use_id is None:
             return api.EMPTY_HOOK_ANSWER
         call = run.pending.pop(tool_use_id, None)
+        run.saw(tool_use_id)
         failed = hook.hook_event_name == "PostToolUseFailure" or hook.error is not None
         if run.recording and not _housekeeping(tool, hook.tool_input) and tool is not None:
             duration = hook.duration_ms if hook.duration_ms is not None else None
             if duration is None and call is not None:
                 duration = (self._clock() - call.started) * 1000
-            self._spawn(run, self.calls.record(run, tool, hook, failed, duration))
+            recording = self._spawn(run, self.calls.record(run, tool, hook, failed, duration))
+            run.recordings.add(recording)
+            recording.add_done_callback(run.recordings.discard)
         event = hook.hook_event_name or "PostToolUse"
         plan = run.plan
         if (
@@ -551,7 +564,19 @@ class Controller:
         self._finalize(run)
 
     def _finalize(self, run: Run) -> None:
-        settle(run, recorder=self.recorder, reports=self.reports, now=self._clock())
+        settle(
+            run,
+            seal_recording=lambda finish: self._seal_recording(run, finish),
+            reports=self.reports,
+            now=self._clock(),
+        )
+
+    def _seal_recording(self, run: Run, finish: Finish) -> None:
+        """Send a recorded turn's steps, then its finish, once its calls' recordings settle (in the background)."""
+        sealing = asyncio.ensure_future(self.calls.seal(run, finish))
+        self._finishing.add(sealing)
+        sealing.add_done_callback(self._finishing.discard)
+        sealing.add_done_callback(_log_failure)
 
     # -- decisions ----------------------------------------------------------------------------------
 
@@ -610,6 +635,8 @@ class Controller:
             if session.run is not None:
                 self._seal(session.run)
                 self._finalize(session.run)
+        if self._finishing:
+            await asyncio.wait(set(self._finishing), timeout=RECORDING_SETTLE_S + 1.0)
         for task in list(self._tasks):
             task.cancel()
 
