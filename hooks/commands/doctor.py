@@ -378,8 +378,8 @@ def _server_findings(facts: DoctorFacts) -> list[Finding]:
             Finding(
                 "bir server",
                 "broken",
-                "install registered the `bir` server, but its entry is gone",
-                "bir install --replay",
+                "install registered the `bir` server, but its entry is gone (it carries the tool events' hooks)",
+                "bir install",
             )
         )
     if health is not None and status.replay.replay:
