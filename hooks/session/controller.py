@@ -106,6 +106,8 @@ class Controller:
         # Wraps the .mcp.json servers approved in Claude Code since the install (``bir.hooks.wiring``).
         self.wrap_approved = wrap_approved
         self._wrapping = asyncio.Lock()
+        # server name → when a SessionStart wrapped it: sessions begun by then run it unwrapped to their end.
+        self._wrapped_late: dict[str, float] = {}
         self.sessions = SessionTable()
         self.health = ServiceHealth()
         self.gate = MatchGate()
@@ -201,6 +203,8 @@ class Controller:
                 return []
         if wrapped:
             log_event("session.wrapped_approved", servers=wrapped)
+            now = self._clock()
+            self._wrapped_late.update(dict.fromkeys(wrapped, now))
         return wrapped
 
     async def _on_prompt(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
@@ -332,7 +336,7 @@ class Controller:
         # them beside the first hooks, and a revived control server after them): the proxies bir installed
         # and bir-scenario's hello are given a moment to land, so the mode is decided on what will be there.
         began = self._clock()
-        unregistered = self._unregistered(matched)
+        unregistered = self._unregistered(matched, self.sessions.get(run.session_id))
         if unregistered:
             log_event("replay.proxy_wait", run_id=run.run_id, servers=sorted(unregistered))
             with contextlib.suppress(TimeoutError):
@@ -388,13 +392,14 @@ class Controller:
         )
         return plan.steering_directive()
 
-    def _unregistered(self, matched: Matched) -> set[str]:
+    def _unregistered(self, matched: Matched, session: Session | None) -> set[str]:
         """The servers of the scenario's MCP steps that bir installed behind a proxy and whose proxy has not
-        registered yet."""
+        registered yet (one wrapped at a SessionStart since this session began will not, in this session)."""
         scenario = matched.scenario
         if scenario is None:
             return set()
-        expected = self.expected_wrapped()
+        began = session.started if session is not None else 0.0
+        expected = {n for n in self.expected_wrapped() if self._wrapped_late.get(n, float("-inf")) < began}
         servers = {parsed[0] for step in scenario.steps if (parsed := parse_qualified_name(step.tool_name))}
         return {name for name in servers if name in expected and name not in self.wrapped}
 

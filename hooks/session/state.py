@@ -122,6 +122,8 @@ class Session:
     last_seen: float
     run: Run | None = None
     pending_note: str | None = None
+    # When this server first heard of the session (monotonic).
+    started: float = 0.0
 
 
 class SessionTable:
@@ -134,7 +136,7 @@ class SessionTable:
 
     def touch(self, session_id: str, now: float | None = None) -> Session:
         now = time.monotonic() if now is None else now
-        session = self._sessions.pop(session_id, None) or Session(session_id, now)
+        session = self._sessions.pop(session_id, None) or Session(session_id, now, started=now)
         session.last_seen = now
         self._sessions[session_id] = session
         self._prune(now)

@@ -3,6 +3,7 @@ BaseIn over loopback HTTP, a real ``bir-proxy`` wrapping the real demo fleet ser
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -269,7 +270,7 @@ async def test_a_first_prompt_waits_a_moment_for_the_proxies_bir_installed_befor
 
 
 async def test_a_server_approved_since_the_install_is_wrapped_at_session_start_and_the_user_told_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, captured_logs: io.StringIO
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -290,6 +291,12 @@ async def test_a_server_approved_since_the_install_is_wrapped_at_session_start_a
         start = hook_input("SessionStart", source="startup", cwd=str(project))
         first = (await http.post("/session/start", json=start)).json()
         second = (await http.post("/session/start", json={**start, "session_id": "sess-2"})).json()
+        # This session's fleet started unwrapped: its prompts do not wait for a proxy that never comes.
+        direct_hit(fake)
+        await http.post("/session/prompt", json=hook_input("UserPromptSubmit", prompt=PROMPT, cwd=str(project)))
+    events = [json.loads(line)["event"] for line in captured_logs.getvalue().splitlines()]
+    assert "replay.proxy_wait" not in events
+    assert "plan.armed" in events or "replay.decision" in events
 
     assert first == {
         "systemMessage": "bir: fleet was approved in Claude Code since bir was installed here; from the next session"
