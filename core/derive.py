@@ -18,7 +18,7 @@ from typing import Any, Literal
 import anyio
 import httpx
 
-from bir.core import config
+from bir.core import config, pricing
 from bir.core.log import log_event
 from bir.core.service import ServiceClient, ServiceError, decode_json, send_bounded, status_error
 from bir.core.truncate import cut_counted
@@ -26,11 +26,6 @@ from bir.core.types import Scenario
 
 ANTHROPIC_MESSAGES_URL = "https://api.anthropic.com/v1/messages"
 ANTHROPIC_VERSION = "2023-06-01"
-# Haiku 4.5, USD per million tokens; the table both BaseIn and the runner agree on (spec §11.3).
-HAIKU_INPUT_USD_PER_MTOK = 1.0
-HAIKU_OUTPUT_USD_PER_MTOK = 5.0
-HAIKU_CACHE_WRITE_USD_PER_MTOK = 1.25
-HAIKU_CACHE_READ_USD_PER_MTOK = 0.10
 
 MAX_TOKENS = 1024
 # What leaves the machine is bounded after redaction, so a cut never splits a secret the redactor would catch.
@@ -45,7 +40,7 @@ MAX_SCAN_CHARS = 32_000
 MAX_SCAN_STARTS = 64
 
 Source = Literal["none", "service", "anthropic", "samples"]
-PriceFn = Callable[[str, Mapping[str, Any]], float]
+PriceFn = Callable[[str, Mapping[str, object]], float]
 RedactFn = Callable[[str], str]
 
 
@@ -63,22 +58,6 @@ class Derivation:
     missing: tuple[str, ...]
     source: Source
     reason: str | None
-
-
-def haiku_price(model: str, usage: Mapping[str, Any]) -> float:
-    """USD for one Messages reply's ``usage`` at Haiku's prices (``model`` is not consulted)."""
-    del model
-
-    def tokens(key: str) -> float:
-        value = usage.get(key)
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0.0
-
-    return (
-        tokens("input_tokens") * HAIKU_INPUT_USD_PER_MTOK
-        + tokens("output_tokens") * HAIKU_OUTPUT_USD_PER_MTOK
-        + tokens("cache_creation_input_tokens") * HAIKU_CACHE_WRITE_USD_PER_MTOK
-        + tokens("cache_read_input_tokens") * HAIKU_CACHE_READ_USD_PER_MTOK
-    ) / 1_000_000
 
 
 def resolve_api_key(env: Mapping[str, str] | None = None) -> str | None:
@@ -344,7 +323,7 @@ async def _via_anthropic(
     timeout_s: float,
     http: httpx.AsyncClient,
     url: str,
-    price: PriceFn,
+    price: PriceFn | None,
 ) -> Derivation:
     request = {
         "model": model,
@@ -370,7 +349,7 @@ async def _via_anthropic(
     except ServiceError as exc:
         raise _Declined(f"anthropic_{_error_code(exc)}", detail=str(exc)) from None
     # The call was made: its tokens are spent whether or not the reply is usable.
-    cost = _cost(price(model, _usage(data)))
+    cost = _cost(_price(model, _usage(data), price))
     text = _reply_text(data)
     found = extract_json_object(text) if text is not None else None
     if found is None:
@@ -398,6 +377,16 @@ async def _via_service(
     return Derivation(params, _cost(answer.get("costUsd")), answer.get("derived") is True, missing, "service", None)
 
 
+def _price(model: str, usage: Mapping[str, object], price: PriceFn | None) -> float:
+    """The call's cost: ``price`` when given, else the dated table (``core.pricing``, spec §11.3)."""
+    if price is not None:
+        return price(model, usage)
+    if not pricing.is_priced(model) and pricing.usage_tokens(usage) > 0:
+        # The table has no row for a BIR_DERIVE_MODEL; its tokens count as nothing, and that is said once here.
+        log_event("replay.derive_unpriced", model=model, pricing_version=pricing.PRICING_VERSION)
+    return pricing.cost_usd(model, usage)
+
+
 def _error_code(exc: ServiceError) -> str:
     return f"http_{exc.status}" if exc.kind == "status" and exc.status is not None else exc.kind
 
@@ -414,7 +403,7 @@ async def derive_parameters(
     recent_results: object = None,
     http: httpx.AsyncClient | None = None,
     redact: RedactFn = lambda text: text,
-    price: PriceFn = haiku_price,
+    price: PriceFn | None = None,
     anthropic_url: str = ANTHROPIC_MESSAGES_URL,
 ) -> Derivation:
     """Derive a scenario's parameters from the user's prompt (spec §16.3); never raises.
@@ -423,7 +412,8 @@ async def derive_parameters(
     ``BIR_DERIVE_MODEL``); without one but with a configured ``service``, the service's derive route;
     with neither, the samples. ``timeout_s`` bounds the whole derivation; past it, or on any failure,
     the samples stand in with ``reason`` set. ``live_call`` and ``recent_results`` (text, or anything
-    JSON-serialisable) go out as redacted text, as does the prompt.
+    JSON-serialisable) go out as redacted text, as does the prompt. The Messages call is priced by
+    ``price``, by default from the dated table of ``core.pricing``.
     """
     if not scenario.params_object:
         return Derivation({}, 0.0, False, (), "none", None)
@@ -483,7 +473,6 @@ __all__ = [
     "derive_parameters",
     "extract_json_object",
     "extraction_prompt",
-    "haiku_price",
     "normalise",
     "resolve_api_key",
     "samples",

@@ -14,7 +14,6 @@ from bir.core.derive import (
     Derivation,
     derive_parameters,
     extract_json_object,
-    haiku_price,
     resolve_api_key,
 )
 from bir.core.service import ServiceClient
@@ -91,12 +90,6 @@ def test_a_reply_without_an_object_gives_none() -> None:
 
 def test_nan_is_not_a_parameter_value() -> None:
     assert extract_json_object('{"limit": NaN}') == {"limit": None}
-
-
-def test_haiku_prices_usage_at_one_and_five_dollars_per_million() -> None:
-    usage = {"input_tokens": 1_000_000, "output_tokens": 200_000}
-    assert haiku_price("claude-haiku-4-5-20251001", usage) == pytest.approx(2.0)
-    assert haiku_price("m", {"input_tokens": "lots", "output_tokens": -3}) == 0.0
 
 
 # --- the key path, over the fake Messages endpoint ------------------------------------------------
@@ -177,6 +170,28 @@ async def test_the_prompt_live_call_and_recent_results_are_redacted_before_leavi
     [prompt] = anthropic.prompts()
     assert "hunter2" not in prompt
     assert prompt.count("[REDACTED]") == 3
+
+
+@pytest.mark.anyio
+async def test_the_call_is_priced_from_the_dated_table_at_haikus_one_and_five_dollars_per_million() -> None:
+    async with running_fake_anthropic() as anthropic:
+        anthropic.reply_text = '{"region": "x"}'
+        anthropic.usage = {"input_tokens": 1_000_000, "output_tokens": 200_000}
+        priced = await derive_with_key(anthropic, fleet())
+        anthropic.usage = {"input_tokens": "lots", "output_tokens": -3}
+        garbage = await derive_with_key(anthropic, fleet())
+    assert priced.cost_usd == pytest.approx(2.0)
+    assert garbage.cost_usd == 0.0
+
+
+@pytest.mark.anyio
+async def test_a_model_the_table_does_not_price_costs_nothing_and_says_so_once(logged: Logged) -> None:
+    async with running_fake_anthropic() as anthropic:
+        anthropic.reply_text = '{"region": "x"}'
+        result = await derive_with_key(anthropic, fleet(), model="claude-unknown-9")
+    assert (result.source, result.cost_usd) == ("anthropic", 0.0)
+    [line] = events(logged, "replay.derive_unpriced")
+    assert line["model"] == "claude-unknown-9"
 
 
 @pytest.mark.anyio
