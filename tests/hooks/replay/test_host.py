@@ -9,13 +9,13 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
-from bir.core import config, log
+from bir.core import config
 from bir.hooks.replay import host as host_module
 from bir.hooks.replay.host import HostSessionError, ProxyHost, proxy_environment
 from tests.paths import REPO
@@ -23,7 +23,6 @@ from tests.paths import REPO
 pytestmark = pytest.mark.anyio
 
 ENVDUMP = REPO / "tests" / "fakes" / "envdump_server.py"
-NOISY = REPO / "tests" / "fakes" / "noisy_server.py"
 SECRETS = {"BIR_TOKEN": "tok-secret", "BIR_DERIVE_API_KEY": "sk-derive-secret"}
 
 
@@ -174,26 +173,17 @@ async def test_a_log_that_cannot_be_opened_is_a_clear_error_and_starts_nothing(
     assert new_processes() == []
 
 
-@pytest.fixture
-def logged() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    log.set_stream(stream)
-    try:
-        yield stream
-    finally:
-        log.set_stream(None)
-
-
 async def test_lines_that_are_not_json_rpc_are_logged_by_server_not_dropped(
-    tmp_path: Path, logged: io.StringIO
+    tmp_path: Path, captured_logs: io.StringIO
 ) -> None:
-    host = ProxyHost("noisy", f"{sys.executable} {NOISY} 5", project=tmp_path, env=proxy_environment(config.home()))
+    noisy = f"{sys.executable} {ENVDUMP} {tmp_path / 'env.json'} 5"
+    host = ProxyHost("noisy", noisy, project=tmp_path, env=proxy_environment(config.home()))
     try:
         result = await host.start()
     finally:
         await host.stop()
-    assert result.server_info.name == "noisy"
-    lines = [json.loads(line) for line in logged.getvalue().splitlines()]
+    assert result.server_info.name == "envdump"
+    lines = [json.loads(line) for line in captured_logs.getvalue().splitlines()]
     unreadable = [line for line in lines if line["event"] == "replay.proxy_unreadable"]
     assert [line["server"] for line in unreadable] == ["noisy"] * host_module.UNREADABLE_LOGGED
     assert all(len(line["error"]) <= host_module.MAX_ERROR_CHARS for line in unreadable)
@@ -201,11 +191,11 @@ async def test_lines_that_are_not_json_rpc_are_logged_by_server_not_dropped(
     assert total["lines"] == 5
 
 
-def test_the_sdk_clients_warnings_become_bounded_log_lines(logged: io.StringIO) -> None:
+def test_the_sdk_clients_warnings_become_bounded_log_lines(captured_logs: io.StringIO) -> None:
     sdk = logging.getLogger("mcp.client.stdio")
     sdk.warning("MCP server process %d is still alive after the kill escalation; %s", 4242, "x" * 1000)
     sdk.info("below the level kept")
-    [line] = [json.loads(text) for text in logged.getvalue().splitlines()]
+    [line] = [json.loads(text) for text in captured_logs.getvalue().splitlines()]
     assert (line["event"], line["level"], line["error"]) == ("replay.mcp_client", "WARNING", None)
     assert line["message"].startswith("MCP server process 4242 is still alive")
     assert len(line["message"]) <= host_module.MAX_ERROR_CHARS
