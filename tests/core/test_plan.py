@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from bir.core.bundle import PARTIAL_MARKER
@@ -88,8 +89,8 @@ class Executor:
 
 def with_step(scenario: Scenario, position: int, **update: Any) -> Scenario:
     steps = list(scenario.steps)
-    steps[position] = steps[position].model_copy(update=update)
-    return scenario.model_copy(update={"steps": tuple(steps)})
+    steps[position] = msgspec.structs.replace(steps[position], **update)
+    return msgspec.structs.replace(scenario, steps=tuple(steps))
 
 
 async def landed(values: Mapping[str, object]) -> Mapping[str, object]:
@@ -209,8 +210,9 @@ async def test_a_divergence_runs_only_the_steps_the_pins_left(pool: EvaluatorPoo
 
 
 async def test_params_logic_is_applied_once(pool: EvaluatorPool) -> None:
-    counted = fixture("fleet-direct.json").model_copy(
-        update={"params_logic": "globalThis.n = (globalThis.n || 0) + 1; return { region: params.region, n: 1 };"}
+    counted = msgspec.structs.replace(
+        fixture("fleet-direct.json"),
+        params_logic="globalThis.n = (globalThis.n || 0) + 1; return { region: params.region, n: 1 };",
     )
     plan = make_plan(pool, counted, {"region": "eu-west-1"})
 
@@ -249,7 +251,7 @@ async def test_a_caller_that_stops_waiting_does_not_cancel_the_derivation(pool: 
 async def test_a_failing_params_logic_hands_over_before_any_step(
     pool: EvaluatorPool, body: str, reason: str, words: str
 ) -> None:
-    scenario = fixture("fleet-direct.json").model_copy(update={"params_logic": body.format(kind="params")})
+    scenario = msgspec.structs.replace(fixture("fleet-direct.json"), params_logic=body.format(kind="params"))
     plan = make_plan(pool, scenario, DIRECT_PARAMS, mode="direct")
 
     with pytest.raises(PlanError) as caught:
@@ -359,7 +361,7 @@ async def test_an_input_logic_failure_in_a_bundle_runs_nothing_after_it(pool: Ev
 async def test_a_failing_response_logic_is_booked_on_the_last_step(
     pool: EvaluatorPool, body: str, reason: str, words: str
 ) -> None:
-    scenario = fixture("fleet-direct.json").model_copy(update={"response_params_logic": body.format(kind="resp")})
+    scenario = msgspec.structs.replace(fixture("fleet-direct.json"), response_params_logic=body.format(kind="resp"))
     plan = make_plan(pool, scenario, DIRECT_PARAMS, mode="direct")
     await plan.compose_bundle(60_000, Executor())
 
@@ -447,8 +449,8 @@ async def test_a_recorded_stand_in_is_drawn_in_step_order_past_steps_that_ran_li
     scenario = Scenario(
         id="scn_two_reads",
         steps=(
-            read.model_copy(update={"step_index": 0}),
-            read.model_copy(update={"step_index": 1, "tool_input_logic": "return { file_path: 'b.json' };"}),
+            msgspec.structs.replace(read, step_index=0),
+            msgspec.structs.replace(read, step_index=1, tool_input_logic="return { file_path: 'b.json' };"),
         ),
         params_object={},
     )
