@@ -18,6 +18,7 @@ fails, naming what moved, when it does.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import queue
@@ -168,6 +169,10 @@ class V8Engine:
         if status != "ok":
             raise RuntimeError(f"the V8 realm did not set up: {value}")
         self.realm_stats = str(value)
+        report = json.loads(self.realm_stats)
+        # What the allowlist took out of the engine's realm (allowlist.py), and what it could only empty.
+        self.realm_removed: list[str] = list(report["removed"])
+        self.realm_kept: list[str] = list(report["kept"])
 
     def answer_early(
         self,
@@ -346,8 +351,6 @@ class V8Engine:
 
     def heap_used(self) -> int:
         stats = self._ctx.heap_stats()
-        import json
-
         data = json.loads(stats) if isinstance(stats, str) else {}
         return int(data.get("used_heap_size", 0))
 
