@@ -158,11 +158,17 @@ class QuickJSEngine:
 
 
 class PublicQuickJSEngine(QuickJSEngine):
-    """``QuickJSEngine`` on dukpy's public ``JSInterpreter``, one per job; ``fallback`` says why."""
+    """``QuickJSEngine`` on dukpy's public ``JSInterpreter``, one per job; ``fallback`` says why.
+
+    Each ``JSInterpreter`` reads dukpy's runtime shims from its package: under the walls, that folder
+    stays readable (``readable``)."""
 
     def __init__(self, memory_mb: int, why: str) -> None:
+        import os
+
         import dukpy
 
+        self.readable = (os.path.join(os.path.dirname(dukpy.__file__), "jsruntime"),)
         self._public: Any = dukpy
         self._js_error = dukpy.JSRuntimeError
         self._interpreter: Any = None

@@ -48,6 +48,8 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
     engine_version: str
     # Why the engine runs on its library's public API instead of the private surface it prefers, or None.
     fallback: str | None = None
+    # Each of the kernel's walls (bir.evaluator.walls) and its state: "up…", "down: why" or "off: why".
+    walls: dict[str, str] = {}
 
 
 class Result(msgspec.Struct, tag="result", frozen=True):
