@@ -216,22 +216,30 @@ WARM_UP: Final = (
 )
 
 
-def wall_up(engine: Engine, *, enabled: bool = True) -> dict[str, str]:
+def wall_up(engine: Engine, *, enabled: bool = True, spent: dict[str, int] | None = None) -> dict[str, str]:
     """Warm the engine up, then put the kernel's walls up on this process (``walls.raise_walls``), on
-    every thread the engine has. Answers each wall's state. The worker calls this once its engine is
-    up and before its first job; a test applies the very same function, then acts as an escaped body."""
+    every thread the engine has. Answers each wall's state; ``spent`` gets the µs each step took. The
+    worker calls this once its engine is up and before its first job; a test applies the very same
+    function, then acts as an escaped body."""
+    started = time.perf_counter_ns()
     _rss_bytes()  # its descriptor opens now: no file can be opened once the walls are up
     for i, body in enumerate(WARM_UP):
         # A random key, as a real one is: a fixed one could be a real body's key, cached with this body.
         job = Job(id=-1 - i, kind="paramsLogic", key=secrets.token_hex(16), body=body, args="[{}]", timeout_ms=10_000)
         if engine.run(job).settle:
             engine.settle(time.monotonic() + 10.0)
+    warm = time.perf_counter_ns()
     if not enabled:
         off = "off: --walls off (BIR_LOGIC_WALLS=0)"
-        return {"no_new_privs": off, "landlock": off, "seccomp": off}
-    runners = getattr(engine, "thread_runners", None)
-    readable = getattr(engine, "readable", ())
-    return walls.raise_walls(runners() if runners is not None else (), readable=readable)
+        state = {"no_new_privs": off, "landlock": off, "seccomp": off}
+    else:
+        runners = getattr(engine, "thread_runners", None)
+        readable = getattr(engine, "readable", ())
+        state = walls.raise_walls(runners() if runners is not None else (), readable=readable)
+    if spent is not None:
+        spent["warm_up_us"] = (warm - started) // 1000
+        spent["walls_us"] = (time.perf_counter_ns() - warm) // 1000
+    return state
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -251,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     channel = _Channel(0, protocol_out)
     engine = _make_engine(args.engine, args.memory_mb, args.surface)
     _harden()
-    state = wall_up(engine, enabled=args.walls == "on")
+    spent: dict[str, int] = {}
+    state = wall_up(engine, enabled=args.walls == "on", spent=spent)
     answer_early = getattr(engine, "answer_early", None)
     if answer_early is not None:
         # A plain answer leaves from the isolate's thread the moment the engine call returns.
@@ -270,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine_version=engine.version,
             fallback=getattr(engine, "fallback", None),
             walls=state,
+            warm_up_us=spent["warm_up_us"],
+            walls_us=spent["walls_us"],
         )
     )
     try:
