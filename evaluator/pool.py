@@ -11,7 +11,9 @@ after ``max_jobs`` jobs (plus up to 10% jitter, so workers do not all recycle at
 replacement, a *spare*, is started ahead by as many jobs as the worker will serve while a spare
 starts (from the measured start time and the measured interval between jobs, with a safety factor),
 and waits warm, serving nothing, until the worker reaches its budget: then the swap is instant. The
-pool's first spares start with its first workers, and are warm when ``start`` returns. When jobs come
+pool's first spares start with its first workers, and are warm when ``start`` returns (with
+``warm_spares=False`` they start right after, and ``start`` does not wait for them: half the start time
+and the memory at first, and a first budget that may run into the margin). When jobs come
 faster than a spare can start, the old worker serves on past its budget (``PoolStats.past_budget``
 counts those jobs), but never past ``margin`` times it (``BIR_LOGIC_BUDGET_MARGIN``): there it is
 *held*, and its next job waits for the spare (``spawn_waits`` counts it, ``spawn_wait_us_*`` how
@@ -172,6 +174,7 @@ class EvaluatorPool(WorkerEvents):
         queue_max: int | None = None,
         margin: float | None = None,
         walls: bool | None = None,
+        warm_spares: bool = True,
     ) -> None:
         self.workers = _setting("BIR_LOGIC_WORKERS", workers)
         self.timeout_ms = _setting("BIR_LOGIC_TIMEOUT_MS", timeout_ms)
@@ -183,6 +186,8 @@ class EvaluatorPool(WorkerEvents):
         else:
             self.margin = float(config.clamp("BIR_LOGIC_BUDGET_MARGIN", margin))
         self.walls_enabled = bool(config.get_flag("BIR_LOGIC_WALLS")) if walls is None else walls
+        # Whether start() waits for the first spares too (else they start right after, in the background).
+        self.warm_spares = warm_spares
         # What the last worker to start said of its walls (bir.evaluator.walls), once one has.
         self.walls: dict[str, str] = {}
         chosen = engine if engine is not None else config.get_str("BIR_LOGIC_ENGINE")
@@ -222,7 +227,8 @@ class EvaluatorPool(WorkerEvents):
         await self.close()
 
     async def start(self) -> None:
-        """Start the workers and their first spares, and wait until each has answered its handshake.
+        """Start the workers and their first spares, and wait until each has answered its handshake
+        (the spares only with ``warm_spares``).
 
         Raises:
             RuntimeError: no worker could start.
@@ -233,11 +239,8 @@ class EvaluatorPool(WorkerEvents):
         self._cwd = tempfile.mkdtemp(prefix="bir-eval-")
         # Each first worker with its spare, all starting at once: the first budget is on time too.
         firsts = [self._new_worker() for _ in range(self.workers)]
-        results = await asyncio.gather(
-            *(self._spawn(worker=w) for w in firsts),
-            *(self._spawn(spare_for=w) for w in firsts),
-            return_exceptions=True,
-        )
+        spares = [self._spawn(spare_for=w) for w in firsts] if self.warm_spares else []
+        results = await asyncio.gather(*(self._spawn(worker=w) for w in firsts), *spares, return_exceptions=True)
         if not any(isinstance(r, WorkerProcess) for r in results):
             first = next((r for r in results if isinstance(r, BaseException)), None)
             await self.close()
@@ -249,6 +252,10 @@ class EvaluatorPool(WorkerEvents):
         if not self._ready_workers():
             await self.close()
             raise RuntimeError("the evaluator's workers could not start")
+        if not self.warm_spares:
+            for worker in self._ready_workers():
+                if worker not in self._spare_of:
+                    self._spawn_soon(spare_for=worker)
         self._monitor = asyncio.get_running_loop().create_task(self._watch())
         log_event(
             "evaluator.started",
@@ -317,7 +324,7 @@ class EvaluatorPool(WorkerEvents):
         if refusal is not None:
             self._counts.refused += 1
             raise LogicError("refused", refusal.message, kind)
-        if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._ready_workers():
+        if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._serving_workers():
             raise LogicError("crashed", "the evaluator's workers cannot start (see evaluator.spawn_failed)", kind)
         if len(self._pending) >= self.queue_max:
             self._counts.overloaded += 1
@@ -391,7 +398,7 @@ class EvaluatorPool(WorkerEvents):
             self._forget_start(worker)
             self._spawn_failures += 1
             log_event("evaluator.spawn_failed", error=str(exc)[:500], failures=self._spawn_failures)
-            if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._ready_workers():
+            if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._serving_workers():
                 while self._pending:
                     self._fail(self._pending.popleft(), "crashed", f"the evaluator's workers cannot start: {exc}")
             raise
@@ -460,6 +467,11 @@ class EvaluatorPool(WorkerEvents):
 
     def _ready_workers(self) -> list[WorkerProcess]:
         return [w for w in self._live if w.state == "ready" and not w.retiring and not w.held]
+
+    def _serving_workers(self) -> list[WorkerProcess]:
+        """Workers that serve or will: the ready ones and those held for their spare (which serve on
+        should the spare not start)."""
+        return [w for w in self._live if w.state == "ready" and not w.retiring]
 
     def _mark_if_short(self, record: _JobRecord) -> None:
         """A job that has to queue while the pool is short of ready workers waits on a start."""

@@ -1,17 +1,23 @@
-"""The JavaScript realm a logic body sees in the V8 worker, and the runner that calls bodies.
+"""The JavaScript realm a logic body sees in the worker, and the runner that calls bodies.
 
-``setup_script(runner)`` strips the global object to the logic contract, locks the intrinsics, and
-binds the runner to a script-scope ``const`` whose name is random per worker: script-scope bindings
-are invisible to reflection, and a body cannot name what it cannot know. The runner is strict code
-(strict callers are censored from ``fn.caller``) that only uses intrinsics captured before any body
-ran, called through a captured ``Reflect.apply``.
+``setup_script(runner)`` strips the global object and the intrinsics to the allowlist
+(``allowlist.py``), locks the intrinsics, and binds the runner to a script-scope ``const`` whose name
+is random per worker: script-scope bindings are invisible to reflection, and a body cannot name what
+it cannot know. The runner is strict code (strict callers are censored from ``fn.caller``) that only
+uses intrinsics captured before any body ran, called through a captured ``Reflect.apply``.
+
+The contract's "a body sees JavaScript's own built-ins and nothing else" is read here, until
+``logic-contract.md`` says it in these words, as: the built-ins of ECMA-262 (its current draft, every
+finished proposal) and ECMA-402 (``Intl``), Annex B included, minus what the contract forbids, minus
+``Temporal`` (decided: see ``allowlist.py``), minus the legacy ``RegExp`` statics, and nothing an engine
+adds of its own. The realm deletes everything else and reports what it deleted; a name it cannot delete
+(a ``var`` of mini-racer's public API) it empties.
 
 Isolation between evaluations, without freezing everything: most intrinsics are frozen once; a small
 *watched* set that V8 keeps fast paths for (freezing ``Array.prototype`` made array work about 4×
 slower), or that ordinary code assigns through (``err.name = …`` on an Error), stays as it is and is
 compared against a snapshot after every job, and repaired. What cannot be repaired (a property made
-non-configurable, an object made non-extensible) taints the realm and the worker retires.
-"""
+non-configurable, an object made non-extensible) taints the realm and the worker retires."""
 
 from __future__ import annotations
 

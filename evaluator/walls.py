@@ -21,8 +21,10 @@ after its engine is up and before its first job, with ``raise_walls``:
 Where the kernel lacks a layer, that layer is reported down and the others still go up: nothing fails.
 ``describe()`` says which walls a worker on this machine puts up (for ``bir doctor``); a worker's
 ``Hello`` says which it did put up. This is a small ``ctypes`` layer (``prctl``, ``syscall``) rather than
-a library: the Landlock packages on PyPI cover the filesystem only, and libseccomp's bindings need a
-system library pip cannot install; a deny-list filter for two architectures is a few dozen instructions.
+a dependency: Landlock is three syscalls, and PyPI's packages for it cover the filesystem only
+(``landlock`` 1.0.0.dev5) or are a months-old beta (``landlockpy`` 0.2.0), neither sparing the
+per-thread application; libseccomp's bindings (``pyseccomp``, last released in 2021) need a system
+library pip cannot install, for a deny-list filter of a few dozen instructions per architecture.
 """
 
 from __future__ import annotations
@@ -242,10 +244,18 @@ def probe() -> Kernel:
     return Kernel(abi, landlock_why, seccomp, seccomp_why, arch)
 
 
-def describe(*, kernel: Kernel | None = None, enabled: bool = True) -> dict[str, str]:
+def describe(*, kernel: Kernel | None = None, enabled: bool | None = None) -> dict[str, str]:
     """Which walls an evaluator worker on this machine puts up, and why one would not: for ``bir doctor``.
 
-    ``enabled`` is ``BIR_LOGIC_WALLS`` (the caller reads it). Probes the kernel; restricts nothing."""
+    ``enabled`` defaults to ``BIR_LOGIC_WALLS``. Probes the kernel; restricts nothing.
+
+    Raises:
+        ConfigError: ``BIR_LOGIC_WALLS`` is malformed.
+    """
+    if enabled is None:
+        from bir.core import config
+
+        enabled = bool(config.get_flag("BIR_LOGIC_WALLS"))
     if not enabled:
         off = "off: BIR_LOGIC_WALLS=0"
         return {"no_new_privs": off, "landlock": off, "seccomp": off}

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import anyio
@@ -363,13 +362,6 @@ def _worker_processes(besides: frozenset[int] = frozenset()) -> list[psutil.Proc
     return found
 
 
-def _age_s(process: psutil.Process) -> float:
-    try:
-        return time.time() - process.create_time()
-    except psutil.Error:
-        return 0.0  # gone already
-
-
 def _other_pools_workers() -> frozenset[int]:
     return frozenset(p.pid for p in _worker_processes())
 
@@ -443,6 +435,18 @@ async def test_the_first_spares_are_warm_when_the_pool_is_entered_so_the_first_b
     assert stats.spawn_waits == 0
 
 
+async def test_a_pool_that_does_not_wait_for_its_first_spares_starts_them_right_after() -> None:
+    async with EvaluatorPool(workers=2, warm_spares=False) as pool:
+        assert len(pool._live) == 2
+        assert pool.stats().spares == 0
+        starting = list(pool._tasks)
+        assert len(starting) == 2  # the two spares, started already
+        with anyio.fail_after(30):
+            await asyncio.gather(*starting)
+        assert pool.stats().spares == 2
+        assert await pool.evaluate("paramsLogic", "return {ok: 1}", {}) == {"ok": 1}
+
+
 async def test_a_held_worker_whose_spare_cannot_start_serves_on(monkeypatch: pytest.MonkeyPatch) -> None:
     others = _other_pools_workers()
     async with EvaluatorPool(workers=1, max_jobs=50, margin=1.0) as pool:
@@ -468,17 +472,19 @@ async def test_ten_thousand_jobs_with_workers_killed_at_random_lose_no_call() ->
     failed: dict[str, int] = {}
     kills = 0
 
-    async def killer(stop: asyncio.Event) -> None:
+    async def killer(stop: asyncio.Event, pool: EvaluatorPool) -> None:
         nonlocal kills
         rng = random.Random(10)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), rng.uniform(0.05, 0.3))
-            # Workers that have started (a start killed three times running reads as workers that cannot start).
-            victims = [p for p in _worker_processes(others) if _age_s(p) > 1.0]
+            # Workers that have started, serving or warm spares (a start killed three times running reads
+            # as workers that cannot start; with spares, several starts run at once and can take a second).
+            started = [w for w in [*pool._live, *pool._spare_of.values()] if w.state == "ready" and w.pid]
+            victims = sorted({w.pid for w in started if w.pid is not None})
             if victims and not stop.is_set():
-                with contextlib.suppress(psutil.Error):
-                    rng.choice(victims).send_signal(signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(rng.choice(victims), signal.SIGKILL)
                     kills += 1
 
     async def caller(start: int, pool: EvaluatorPool) -> None:
@@ -494,7 +500,7 @@ async def test_ten_thousand_jobs_with_workers_killed_at_random_lose_no_call() ->
     others = _other_pools_workers()
     stop = asyncio.Event()
     async with EvaluatorPool(workers=2, max_jobs=500, timeout_ms=5000) as pool:
-        kill_task = asyncio.ensure_future(killer(stop))
+        kill_task = asyncio.ensure_future(killer(stop, pool))
         try:
             with anyio.fail_after(120):
                 await asyncio.gather(*(caller(k, pool) for k in range(8)))

@@ -242,13 +242,17 @@ def test_a_kernel_without_landlock_or_seccomp_leaves_those_walls_down_and_fails_
     assert answer["value"] == '{"a":1}'
 
 
-def test_describe_says_which_walls_a_worker_here_puts_up_and_when_they_are_off() -> None:
+def test_describe_says_which_walls_a_worker_here_puts_up_and_when_they_are_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     described = walls.describe()
     assert set(described) == {"no_new_privs", "landlock", "seccomp"}
     assert described["landlock"].startswith("up: ABI" if KERNEL.landlock_abi else "down: ")
     assert described["seccomp"].startswith("up: " if KERNEL.seccomp else "down: ")
     assert walls.describe(enabled=False) == dict.fromkeys(described, "off: BIR_LOGIC_WALLS=0")
-    assert not walls.all_up(walls.describe(enabled=False))
+    monkeypatch.setenv("BIR_LOGIC_WALLS", "0")
+    assert walls.describe() == walls.describe(enabled=False)
+    assert not walls.all_up(walls.describe())
 
 
 def _status(pid: int) -> list[dict[str, str]]:
