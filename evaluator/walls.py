@@ -34,6 +34,7 @@ import errno
 import os
 import platform
 import struct
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
@@ -211,6 +212,9 @@ def _syscall(number: int, *args: int | ctypes.c_void_p | ctypes.Array[ctypes.c_c
 
 def probe() -> Kernel:
     """What this kernel offers the walls. Changes nothing."""
+    if not sys.platform.startswith("linux"):
+        why = f"not Linux ({sys.platform})"
+        return Kernel(0, why, False, why, None)
     arch = ARCHES.get(platform.machine())
     abi, landlock_why = 0, ""
     try:
@@ -333,18 +337,6 @@ def _no_new_privs() -> None:
     if c.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"PR_SET_NO_NEW_PRIVS: {os.strerror(err)}")
-
-
-def _restrict_thread(ruleset: int) -> None:
-    """``no_new_privs`` and the ruleset, on the calling thread.
-
-    Raises:
-        OSError: either was refused.
-    """
-    _no_new_privs()
-    result, err = _syscall(_LANDLOCK_RESTRICT_SELF, ruleset, 0)
-    if result != 0:
-        raise OSError(err, f"landlock_restrict_self: {os.strerror(err)}")
 
 
 # --- seccomp --------------------------------------------------------------------------------------------------
@@ -471,12 +463,30 @@ def raise_walls(
     """
     k = kernel if kernel is not None else probe()
     state: dict[str, str] = {}
+    ruleset: int | None = None
+    why_not = ""
+    if not landlock:
+        why_not = "off: not asked"
+    elif not k.landlock_abi:
+        why_not = f"down: {k.landlock_why}"
+    else:
+        try:
+            ruleset = _ruleset(k.landlock_abi, readable)
+        except OSError as exc:
+            why_not = f"down: {exc.strerror}"
     try:
-        _no_new_privs()
-        state["no_new_privs"] = UP
-    except OSError as exc:
-        state["no_new_privs"] = f"down: {exc.strerror}"
-    state["landlock"] = _raise_landlock(k, threads, readable) if landlock else "off: not asked"
+        privs, walled = _on_every_thread(threads, ruleset)
+    finally:
+        if ruleset is not None:
+            os.close(ruleset)
+    state["no_new_privs"] = privs
+    if ruleset is None:
+        state["landlock"] = why_not
+    elif walled:
+        state["landlock"] = walled
+    else:
+        scope = _landlock_scope(k.landlock_abi)
+        state["landlock"] = f"{UP}: {scope}" + (f" (but reading {', '.join(readable)})" if readable else "")
     if not seccomp:
         state["seccomp"] = "off: not asked"
     elif not k.seccomp or k.arch is None:
@@ -492,40 +502,40 @@ def raise_walls(
     return state
 
 
-def _raise_landlock(k: Kernel, threads: Sequence[ThreadRunner], readable: Sequence[str]) -> str:
-    if not k.landlock_abi:
-        return f"down: {k.landlock_why}"
+def _on_every_thread(threads: Sequence[ThreadRunner], ruleset: int | None) -> tuple[str, str]:
+    """``no_new_privs``, and the Landlock ruleset when there is one, on the calling thread and on each thread
+    ``threads`` reach; answers the states of both ("up", or "down: why"; "" for Landlock when it is up)."""
     present = _threads()
-    try:
-        ruleset = _ruleset(k.landlock_abi, readable)
-    except OSError as exc:
-        return f"down: {exc.strerror}"
     reached: set[int] = set()
-    failures: list[str] = []
+    privs_failed: list[str] = []
+    landlock_failed: list[str] = []
     lock = threading.Lock()
 
     def here() -> None:
         try:
-            _restrict_thread(ruleset)
+            _no_new_privs()
         except OSError as exc:
             with lock:
-                failures.append(str(exc.strerror))
+                privs_failed.append(str(exc.strerror))
             return
+        if ruleset is not None:
+            result, err = _syscall(_LANDLOCK_RESTRICT_SELF, ruleset, 0)
+            if result != 0:
+                with lock:
+                    landlock_failed.append(f"landlock_restrict_self: {os.strerror(err)}")
+                return
         with lock:
             reached.add(threading.get_native_id())
 
-    try:
-        for run_on in threads:
-            try:
-                run_on(here)
-            except Exception as exc:  # noqa: BLE001 - a thread not reached is counted below
-                failures.append(f"{type(exc).__name__}: {exc}")
-        here()  # the calling thread last: the runners above may still need what it could do
-    finally:
-        os.close(ruleset)
+    unreached: list[str] = []
+    for run_on in threads:
+        try:
+            run_on(here)
+        except Exception as exc:  # noqa: BLE001 - a thread not reached is counted below
+            unreached.append(f"{type(exc).__name__}: {exc}")
+    here()  # the calling thread last: the runners above may still need what it could do
     missed = present - reached
-    if failures or missed:
-        why = failures[0] if failures else f"{len(missed)} of {len(present)} threads were not reached"
-        return f"down: {why}"
-    scope = _landlock_scope(k.landlock_abi)
-    return f"{UP}: {scope}" + (f" (but reading {', '.join(readable)})" if readable else "")
+    why = (unreached or [f"{len(missed)} of {len(present)} threads were not reached"])[0] if missed else ""
+    privs = f"down: {privs_failed[0]}" if privs_failed else (f"down: {why}" if why else UP)
+    walled = f"down: {landlock_failed[0]}" if landlock_failed else (f"down: {why}" if why else "")
+    return privs, walled

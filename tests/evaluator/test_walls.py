@@ -226,7 +226,10 @@ def test_a_kernel_without_landlock_or_seccomp_leaves_those_walls_down_and_fails_
         state = walls.raise_walls(engine.thread_runners(), kernel=bare)
         outcome = engine.run(Job(id=1, kind="paramsLogic", key="1" * 32, body="return {a: 1}", args="[{}]",
                                  timeout_ms=2000))
-        print(json.dumps({"walls": state, "described": walls.describe(kernel=bare), "value": outcome.value}))
+        nnp = [line for t in os.listdir("/proc/self/task") for line in open(f"/proc/self/task/{t}/status")
+               if line.startswith("NoNewPrivs")]
+        print(json.dumps({"walls": state, "described": walls.describe(kernel=bare), "value": outcome.value,
+                          "no_new_privs": nnp}))
         sys.stdout.flush()
         os._exit(0)
         """
@@ -240,6 +243,8 @@ def test_a_kernel_without_landlock_or_seccomp_leaves_those_walls_down_and_fails_
     assert answer["walls"] == expected
     assert answer["described"] == expected
     assert answer["value"] == '{"a":1}'
+    # no_new_privs is set on each of the engine's threads, as it is where Landlock goes up.
+    assert answer["no_new_privs"] == ["NoNewPrivs:\t1\n"] * 3
 
 
 def test_describe_says_which_walls_a_worker_here_puts_up_and_when_they_are_off(
