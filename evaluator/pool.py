@@ -69,9 +69,9 @@ EWMA_WEIGHT: Final = 0.2
 # Until a start is measured: about what one takes on a quiet two-core machine.
 FIRST_START_GUESS_S: Final = 0.3
 _json_decoder = msgspec.json.Decoder(dict[str, Any])
+_json_encoder = msgspec.json.Encoder()
 # Wall states already logged by this process (per engine): a wall that is down is said once, not per worker.
 _walls_logged: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-_json_encoder = msgspec.json.Encoder()
 
 
 @dataclass(slots=True)
@@ -429,12 +429,17 @@ class EvaluatorPool(WorkerEvents):
     def _forget_start(self, worker: WorkerProcess) -> None:
         predecessor = self._starting.pop(worker, None)
         if predecessor is not None and self._spare_of.get(predecessor) is worker:
-            del self._spare_of[predecessor]  # the worker's next job starts another
-            if predecessor.held:
-                # Its spare could not start: the wait ends, and it serves on until one is up.
-                predecessor.held = False
-                predecessor.hold_released = True
-                self._idle.append(predecessor)
+            self._lose_spare(predecessor)
+
+    def _lose_spare(self, served: WorkerProcess) -> None:
+        """``served``'s spare did not start, or died: its next job starts another. Held for that spare,
+        it waits no longer and serves on until one is up."""
+        del self._spare_of[served]
+        if served.held:
+            served.held = False
+            served.hold_released = True
+            if served.state == "ready" and not served.retiring:
+                self._idle.append(served)
                 self._dispatch()
 
     def _promote(self, worker: WorkerProcess, predecessor: WorkerProcess | None) -> None:
@@ -649,7 +654,7 @@ class EvaluatorPool(WorkerEvents):
         self._procs.discard(worker)
         for served, spare in list(self._spare_of.items()):
             if spare is worker:
-                del self._spare_of[served]  # a spare that died: its worker's next job starts another
+                self._lose_spare(served)
         with contextlib.suppress(ValueError):
             self._live.remove(worker)
         with contextlib.suppress(ValueError):
