@@ -2,7 +2,8 @@
 
 The logic contract (``logic-contract.md``) gives a body "JavaScript's own built-ins and nothing else",
 minus a list it forbids. Read here as: what ECMA-262 (its current draft, so every finished proposal)
-and ECMA-402 (``Intl``) define, Annex B included, with
+and ECMA-402 (``Intl``, as V8 ships it: a few of its ``Intl.Locale`` getters are still a stage 3
+proposal) define, Annex B included, with
 
 - what the contract forbids taken out: ``ArrayBuffer``, ``SharedArrayBuffer``, ``DataView``, the typed
   arrays, ``Atomics``, ``WeakRef``, ``FinalizationRegistry``, ``Symbol.for`` and ``Symbol.keyFor``

@@ -8,7 +8,7 @@ uses intrinsics captured before any body ran, called through a captured ``Reflec
 
 The contract's "a body sees JavaScript's own built-ins and nothing else" is read here, until
 ``logic-contract.md`` says it in these words, as: the built-ins of ECMA-262 (its current draft, every
-finished proposal) and ECMA-402 (``Intl``), Annex B included, minus what the contract forbids, minus
+finished proposal) and ECMA-402 (``Intl``, as V8 ships it), Annex B included, minus what the contract forbids, minus
 ``Temporal`` (decided: see ``allowlist.py``), minus the legacy ``RegExp`` statics, and nothing an engine
 adds of its own. The realm deletes everything else and reports what it deleted; a name it cannot delete
 (a ``var`` of mini-racer's public API) it empties.
