@@ -66,6 +66,22 @@ _VARS: tuple[Variable, ...] = (
         floor=1,
     ),
     Variable(
+        "BIR_LOGIC_BUDGET_MARGIN",
+        "float",
+        2.0,
+        "Most jobs a worker runs, as a multiple of its BIR_LOGIC_MAX_JOBS budget, while its replacement is "
+        "still starting; past it the worker's next job waits for the replacement.",
+        ceiling=100.0,
+        floor=1.0,
+    ),
+    Variable(
+        "BIR_LOGIC_WALLS",
+        "flag",
+        True,
+        "`0` starts the evaluator's workers without the kernel's walls (Landlock, seccomp, no_new_privs): "
+        "for diagnosis only.",
+    ),
+    Variable(
         "BIR_LOGIC_QUEUE",
         "int",
         4096,
