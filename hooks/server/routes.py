@@ -36,6 +36,7 @@ POLL_HOLD_MS = api.POLL_HOLD_MS
 _MAX_ERROR_CHARS = api.MAX_ERROR_CHARS
 
 _LOOPBACK = ("127.", "::1", "::ffff:127.")
+REPLAY_OFF = "replay is off for this project (`bir replay on` turns it on); nothing was sent"
 
 
 # -- what the routes hand to the rest of bir -------------------------------------------------
@@ -328,6 +329,9 @@ def build_app(server: ServerState) -> Starlette:
         # One step of `bir replay`, run on the proxy that owns its server. `sent` tells the caller
         # whether the call may have run (§8: "may or may not have completed").
         body, _ = await parse_body(request, api.ReplayCallRequest)
+        if not server.replay_enabled:
+            # The proxies of a project with replay off take no work: the call would wait out its time.
+            return json_response(api.ReplayCallAnswer(ok=False, sent=False, why=REPLAY_OFF))
         try:
             result = await server.queue.call(body.server_name, body.tool_name, body.arguments, body.timeout_ms / 1000)
         except NotSentError as exc:
