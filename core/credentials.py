@@ -18,6 +18,7 @@ from typing import Final, Literal
 
 from bir.core import config
 from bir.core.atomic import write_atomic
+from bir.core.home_files import private_dir, read_private
 from bir.core.log import log_event
 
 VERSION: Final = 1
@@ -76,8 +77,7 @@ def load(home: Path | None = None) -> Credentials | None:
     """The stored sign-in, or None (absent, unreadable or not this shape: logged, never raised)."""
     path = credentials_path(home)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        data = read_private(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -112,7 +112,7 @@ def save(url: str, token: str, home: Path | None = None) -> Credentials:
     path = credentials_path(home)
     body = {"version": VERSION, "url": creds.url, "token": creds.token, "savedAt": creds.saved_at}
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(path.parent)
         write_atomic(path, json.dumps(body, indent=2).encode("utf-8") + b"\n")
     except OSError as exc:
         raise CredentialsError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from bir.core.bundle import BASH_CHANNEL_MAX, BASH_INLINE_MAX, MAX_REPLAY_REASON, bash_heredoc_command, truncate
+from bir.core.home_files import open_private, private_dir
 
 TMP_MAX_AGE_S: Final = 3600.0
 _PREFIX: Final = "bundle-"
@@ -55,10 +56,10 @@ def deliver(text: str, tool_name: str | None, home: Path) -> Delivery:
 def _write_private(folder: Path, text: str) -> Path | None:
     """Write ``text`` to a new ``0600`` file in ``folder``; None when it cannot be written."""
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(folder.parent, folder.name)
         sweep(folder)
         path = folder / f"{_PREFIX}{secrets.token_hex(8)}.txt"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = open_private(path, "new")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError:

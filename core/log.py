@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
+from bir.core.home_files import open_private, private_dir
 from bir.core.truncate import cut_counted
 
 # Bounds, so that a log line can never carry a body's 200,000-character error or a whole tool output.
@@ -42,12 +43,12 @@ class _RotatingFile:
     def __init__(self, path: Path, max_bytes: int) -> None:
         self.path = path
         self._max = max_bytes
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Logs live in <BIR_HOME>/logs: both folders are checked (bir.core.home_files).
+        private_dir(path.parent.parent, path.parent.name)
         self._handle = self._open()
 
     def _open(self) -> IO[str]:
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        return os.fdopen(fd, "a", encoding="utf-8")
+        return os.fdopen(open_private(self.path, "append"), "a", encoding="utf-8")
 
     def write(self, text: str) -> int:
         written = self._handle.write(text)
@@ -74,10 +75,11 @@ def set_stream(stream: IO[str] | _Sink | None) -> None:
 
 
 def log_to_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Path:
-    """Send every later log line to ``path`` (created 0600, rotated past ``max_bytes``) and return it.
+    """Send every later log line to ``path`` (``<BIR_HOME>/logs/<name>``, created 0600, rotated past
+    ``max_bytes``) and return it.
 
     Raises:
-        OSError: the file or its folder cannot be created.
+        OSError: the file or its folder cannot be created, or is not one bir can trust (``HomeError``).
     """
     set_stream(_RotatingFile(path, max_bytes))
     return path
