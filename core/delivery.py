@@ -22,6 +22,7 @@ from typing import Final, Literal
 
 from bir.core.bundle import BASH_CHANNEL_MAX, BASH_INLINE_MAX, MAX_REPLAY_REASON, bash_heredoc_command, truncate
 from bir.core.home_files import open_private, private_dir
+from bir.core.printable import printable
 
 TMP_MAX_AGE_S: Final = 3600.0
 _PREFIX: Final = "bundle-"
@@ -44,7 +45,8 @@ def tmp_dir(home: Path) -> Path:
 def deliver(text: str, tool_name: str | None, home: Path) -> Delivery:
     """The best channel for ``text`` in place of a call to ``tool_name``."""
     if tool_name == "Bash":
-        body = truncate(text, BASH_CHANNEL_MAX)
+        # Printed by the shell into the host's terminal: no control character gets there.
+        body = truncate(printable(text), BASH_CHANNEL_MAX)
         if len(body) <= BASH_INLINE_MAX:
             return Delivery("bash_clean", command=bash_heredoc_command(body))
         path = _write_private(tmp_dir(home), body)

@@ -23,6 +23,7 @@ from bir.core import config
 from bir.core.home_files import open_private
 from bir.core.log import logs_dir
 from bir.core.paths import project_key, resolve_project
+from bir.core.printable import printable
 from bir.hooks.commands.result import Subparsers, add_command, project_flag
 
 MAX_LINES: Final = 10_000
@@ -124,10 +125,10 @@ def run_logs(
         write(f"No log yet for {resolve_project(project)} (looked in {path}). `bir up` starts its control server.")
         return 0
     for line in shown:
-        write(line if as_json else human(line))
+        write(printable(line if as_json else human(line)))
     if follow_on:
         for line in follow(path, stop=stop):
-            write(line if as_json else human(line))
+            write(printable(line if as_json else human(line)))
     return 0
 
 
