@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
 from bir.core.home_files import open_private, private_dir
+from bir.core.secret_values import redact_values
 from bir.core.truncate import cut_counted
+from bir.core.urls import hide_userinfo
 
 # Bounds, so that a log line can never carry a body's 200,000-character error or a whole tool output.
 MAX_FIELD_CHARS = 2_000
@@ -115,7 +117,8 @@ def format_event(event: str, fields: dict[str, Any]) -> str:
     for key, value in fields.items():
         if key not in ("ts", "event"):
             record[key] = _bounded(value)
-    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+    # No known secret and no URL's userinfo is ever written down, whoever logged it.
+    line = hide_userinfo(redact_values(json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)))
     if len(line) > MAX_LINE_CHARS:
         line = json.dumps(
             {"ts": record["ts"], "event": event, "truncated": True, "head": line[: MAX_LINE_CHARS // 2]},
