@@ -441,3 +441,19 @@ async def test_a_replay_call_while_replay_is_off_is_refused_at_once_as_not_sent(
     assert answer["ok"] is False
     assert answer["sent"] is False
     assert "replay is off" in answer["why"]
+
+
+async def test_a_host_that_is_not_the_servers_own_address_is_refused_even_with_the_token(
+    client: httpx.AsyncClient,
+) -> None:
+    refused = await client.get("/health", headers={"Host": "evil.example:80"})
+    assert refused.status_code == 403
+    assert refused.json() == {"error": "not this server's address"}
+    assert (await client.get("/health")).status_code == 200
+    port = httpx.URL(str(client.base_url)).port
+    assert (await client.get("/health", headers={"Host": f"localhost:{port}"})).status_code == 200
+
+
+async def test_a_forwarded_for_header_never_changes_the_peer_the_guard_sees(client: httpx.AsyncClient) -> None:
+    answer = await client.get("/health", headers={"X-Forwarded-For": "203.0.113.5", "X-Real-IP": "203.0.113.5"})
+    assert answer.status_code == 200
