@@ -112,7 +112,11 @@ def open_private(path: Path, mode: Mode) -> int:
             raise HomeError(f"{path} is not a regular file") from None
         raise
     try:
-        _check_file(path, os.fstat(fd), mode)
+        info = os.fstat(fd)
+        _check_file(path, info, mode)
+        if mode != "read" and stat.S_IMODE(info.st_mode) & 0o077:
+            # A file of ours that others may read (an older bir's, a copy) is ours alone from now on.
+            os.fchmod(fd, 0o600)
         if mode == "write":
             os.ftruncate(fd, 0)
         os.set_blocking(fd, True)

@@ -109,3 +109,11 @@ def test_a_regular_file_is_written_0600_and_read_back_within_its_limit(tmp_path:
         open_private(path, "new")
     with pytest.raises(FileNotFoundError):
         read_private(tmp_path / "absent", 10)
+
+
+def test_a_file_of_ours_others_may_read_is_made_ours_alone_when_written(tmp_path: Path) -> None:
+    log = tmp_path / "control.log"
+    log.write_text("old\n")
+    os.chmod(log, 0o644)
+    os.close(open_private(log, "append"))
+    assert mode(log) == 0o600
