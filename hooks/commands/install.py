@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from bir.core import atomic, config, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
+from bir.core.home_files import open_private, private_dir
 from bir.core.paths import backups_dir, resolve_project
 from bir.hooks import api
 from bir.hooks.commands.result import Subparsers, add_command, json_flag, project_flag
@@ -409,9 +410,9 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
 
 
 def _backup(path: Path, data: bytes, folder: Path) -> Path:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(folder.parent.parent, folder.parent.name, folder.name)
     target = folder / path.name
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(target, "write")
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     return target

@@ -32,6 +32,7 @@ from mcp.shared.exceptions import MCPError
 
 from bir import __version__
 from bir.core import config
+from bir.core.home_files import open_private, private_dir
 from bir.core.log import log_event
 from bir.core.truncate import one_line
 
@@ -122,8 +123,9 @@ class ProxyHost:
         if self._log_path is None:
             return None
         try:
-            self._log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            folder = self._log_path.parent
+            private_dir(folder.parent, folder.name)
+            fd = open_private(self._log_path, "append")
         except OSError as exc:
             raise HostSessionError(f"cannot open the log {self._log_path}: {exc.strerror or exc}") from None
         return os.fdopen(fd, "a", encoding="utf-8")
