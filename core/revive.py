@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Final
 
 from bir.core import installed
-from bir.core.paths import control_dir, revive_stamp
+from bir.core.home_files import private_dir, write_private
+from bir.core.paths import revive_stamp
 
 REVIVE_EVERY_S: Final = 10.0
 
@@ -47,15 +48,13 @@ def revive(home: Path, project: Path, now: float | None = None) -> bool:
     stamp = revive_stamp(home, project)
     now = time.time() if now is None else now
     try:
-        if now - stamp.stat().st_mtime < REVIVE_EVERY_S:
+        if now - os.lstat(stamp).st_mtime < REVIVE_EVERY_S:
             return False
     except FileNotFoundError:
         pass
-    folder = control_dir(home)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.close(fd)
-    os.utime(stamp, (now, now))
+    private_dir(home, "control")
+    write_private(stamp, b"")
+    os.utime(stamp, (now, now), follow_symlinks=False)
     subprocess.Popen(
         [*hooks_command(), "revive", "--project", str(project)],
         stdin=subprocess.DEVNULL,

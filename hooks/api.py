@@ -326,6 +326,8 @@ def decode(kind: type[_T], raw: bytes) -> _T:
         return decoder.decode(raw)  # type: ignore[no-any-return]
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BodyError(str(exc)[:300]) from None
+    except RecursionError:
+        raise BodyError("the JSON is nested too deeply to read") from None
 
 
 def encode(value: object) -> bytes:

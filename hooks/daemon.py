@@ -24,9 +24,11 @@ from typing import Final
 
 from bir.core import config, installed
 from bir.core.delivery import sweep, tmp_dir
+from bir.core.home_files import open_private, private_dir
 from bir.core.log import log_event, log_to_file, logs_dir
 from bir.core.paths import project_key, server_lock
 from bir.core.service import ServiceClient
+from bir.core.stall import CLEAR_EVERY_S, clear_stalled
 from bir.evaluator import EvaluatorPool
 from bir.hooks.discovery import read_discovery, remove_discovery, write_discovery
 from bir.hooks.local import local_client, wants_local
@@ -148,8 +150,8 @@ def take_server_lock(project: Path) -> int | None:
         OSError: the lock file cannot be created.
     """
     path = server_lock(config.home(), project)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    private_dir(config.home(), "control")
+    fd = open_private(path, "update")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -190,13 +192,23 @@ async def _serve_locked(project: Path, port: int) -> int:
             try:
                 path = write_discovery(live.server.discovery(project))
                 log_event("control.published", path=str(path), project=str(project), url=live.server.url)
-                await stop.wait()
+                await _until_stopped(stop, project)
             finally:
                 remove_discovery(project, pid=os.getpid())
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     return 0
+
+
+async def _until_stopped(stop: asyncio.Event, project: Path) -> None:
+    """Wait for ``stop``, clearing any note a hook left that this server did not answer: it runs again."""
+    home, pid = config.home(), os.getpid()
+    while not stop.is_set():
+        if clear_stalled(home, project, pid):
+            log_event("control.stall_cleared", project=str(project))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), CLEAR_EVERY_S)
 
 
 def _revive(argv: Sequence[str]) -> int:

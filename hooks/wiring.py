@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from bir.core import atomic, config, installed
+from bir.core.home_files import open_private, private_dir
 from bir.core.paths import backups_dir, resolve_project
 from bir.hooks import api
 
@@ -504,9 +505,9 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
 
 
 def _backup(path: Path, data: bytes, folder: Path) -> Path:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(folder.parent.parent, folder.parent.name, folder.name)
     target = folder / path.name
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(target, "write")
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     return target

@@ -17,6 +17,7 @@ from typing import Any, Final
 import httpx
 import msgspec
 
+from bir.core.framing import deeper_than
 from bir.core.host import host_pid
 from bir.hooks import api
 from bir.hooks.control_client import ControlClient, ControlError, Endpoint
@@ -27,6 +28,8 @@ DEFAULT_POLL_HOLD_MS: Final = 25_000
 MAX_POLL_HOLD_MS: Final = 60_000
 # The control server refuses bodies past 8 MiB; a step report stays under that.
 MAX_REPORT_BYTES: Final = 7 * 1024 * 1024
+# The server's decoder stops near 1,000 levels; a report stays well within it.
+MAX_REPORT_DEPTH: Final = 500
 
 __all__ = ["ControlError", "Endpoint", "ProxyLink", "Registration", "discover", "project_dir"]
 
@@ -134,7 +137,13 @@ class ProxyLink:
 
 
 def _fit(body: api.ResultRequest | api.StepReport) -> bytes:
-    """Serialise ``body``; past the server's limit, drop its result (and arguments) and say so instead."""
+    """Serialise ``body``; past the server's limits, drop its result (and arguments) and say so instead."""
+    arguments = body.arguments if isinstance(body, api.StepReport) else None
+    if deeper_than(body.result, MAX_REPORT_DEPTH) or deeper_than(arguments, MAX_REPORT_DEPTH):
+        error = f"the result was nested too deeply to report (more than {MAX_REPORT_DEPTH} levels)"
+        if isinstance(body, api.StepReport):
+            return api.encode(msgspec.structs.replace(body, result=None, arguments=None, error=error))
+        return api.encode(msgspec.structs.replace(body, result=None, error=error))
     encoded = api.encode(body)
     if len(encoded) <= MAX_REPORT_BYTES:
         return encoded

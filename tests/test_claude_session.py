@@ -718,3 +718,62 @@ def test_a_call_made_before_the_bir_server_connected_is_recorded_in_its_place(cl
     # hook saw it or only the transcript did.
     assert [json.loads(s["toolOutput"])["stdout"].strip() for s in steps] == ["first", "second"]
     assert [s["toolInput"]["command"] for s in steps] == ["echo first", "echo second"]
+
+
+def test_a_file_that_tries_to_redirect_a_pinned_command_into_another_file_leaves_that_file_untouched(
+    claude_binary: Path, case: Case
+) -> None:
+    # Issue 16: a step reads a file, the next step's Bash command is built from what it read. The file
+    # is written by someone else (a repository's contributor, a downloaded archive) and names a redirection.
+    victim = case.project / "victim.txt"
+    victim.write_text("the user's own file\n")
+    (case.project / "README.md").write_text("# project\n")
+    notes = case.project / "NOTES.txt"
+    notes.write_text(f"README.md > {victim}\n")
+    scenario = {
+        "id": "scn_read_then_cat",
+        "state": "ready",
+        "intent": "show the file the notes name",
+        "paramsObject": {"notesPath": {"sampleValue": "NOTES.txt", "role": "setting"}},
+        "steps": [
+            {
+                "stepIndex": 0,
+                "toolName": "Read",
+                "toolInputLogic": "return { file_path: params.notesPath };",
+                "toolOutputLogic": "const t = JSON.parse(toolOutput); const text = (t.file && t.file.content) || "
+                "t.content || ''; return { file: text.split('\\n')[0] };",
+                "reasoning": "read the notes",
+            },
+            {
+                "stepIndex": 1,
+                "toolName": "Bash",
+                "toolInputLogic": "return { command: 'cat ' + respParams.file, description: 'show it' };",
+                "reasoning": "show the file the notes name",
+            },
+        ],
+    }
+    case.fake.add_match(PROMPT, scenario, similarity=0.95)
+    case.fake.derive_answers["scn_read_then_cat"] = Canned(
+        200, {"params": {"notesPath": str(notes)}, "derived": True, "missing": [], "costUsd": 0.0}
+    )
+    case.start_server()
+    api = FakeMessagesApi(
+        [
+            call("Read", {"file_path": "/placeholder.txt"}, tool_id="toolu_read"),
+            call("Bash", {"command": "cat README.md", "description": "show it"}, tool_id="toolu_cat"),
+            lambda request: say("Done: " + request.tool_result_text("toolu_cat")[:300]),
+        ]
+    )
+    with api.serve():
+        run = case.claude(claude_binary, api)
+
+    assert run.exit_code == 0, run.describe()
+    assert api.failures == []
+    assert DIRECTIVE_TAG in api.requests[0].text()
+    assert "README.md > " in api.requests[1].tool_result_text("toolu_read")
+    assert victim.read_text() == "the user's own file\n"
+    refusal = api.requests[2].tool_result_text("toolu_cat")
+    assert "refused as unsafe" in refusal
+    assert "Step 2 of 2 (Bash) did not run" in refusal
+    assert [e["step"] for e in case.log_events("replay.input_refused")] == [1]
+    assert case.log_events("replay.pinned")[-1]["step"] == 0

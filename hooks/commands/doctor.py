@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from bir.core import config, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
+from bir.evaluator import walls
 from bir.hooks import api
 from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
 from bir.hooks.commands.status import StatusFacts
@@ -66,6 +67,8 @@ class EvaluatorFacts:
     workers: str
     timeout_ms: str
     timeout_from: str
+    # The kernel's walls a worker puts up under its isolate (``bir.evaluator.walls.describe``).
+    walls: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,7 @@ async def gather(project_dir: str | Path) -> DoctorFacts:
             workers=_setting("BIR_LOGIC_WORKERS").value,
             timeout_ms=timeout.value,
             timeout_from=timeout.source,
+            walls=walls.describe(),
         ),
     )
 
@@ -451,7 +455,17 @@ def _evaluator_findings(facts: DoctorFacts) -> list[Finding]:
             )
         ]
     # The limit is tuned from a real scenario's bodies, not guessed (issue 10): say where to measure it.
-    return [Finding("evaluator", "ok", f"{text}; to tune it: bir bench eval --scenario FILE|scn_…")]
+    found = [Finding("evaluator", "ok", f"{text}; to tune it: bir bench eval --scenario FILE|scn_…")]
+    shown = "; ".join(f"{name} {state}" for name, state in ev.walls.items())
+    if walls.all_up(dict(ev.walls)):
+        found.append(Finding("evaluator", "ok", f"the kernel's walls under each worker: {shown}"))
+    elif ev.walls:
+        off = any(state.startswith("off") for state in ev.walls.values())
+        fix = "unset BIR_LOGIC_WALLS" if off else "a kernel with Landlock (ABI 4+) and seccomp"
+        found.append(
+            Finding("evaluator", "warning", f"not all of the kernel's walls are up under the workers: {shown}", fix)
+        )
+    return found
 
 
 def diagnose(facts: DoctorFacts) -> Diagnosis:

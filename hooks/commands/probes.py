@@ -12,6 +12,7 @@ from typing import Final, Literal
 
 from bir.core import config
 from bir.core.service import ServiceClient, ServiceError
+from bir.core.urls import display_url
 from bir.hooks import api
 from bir.hooks.control_client import ControlClient, ControlError
 from bir.hooks.discovery import Discovery, read_discovery
@@ -66,15 +67,16 @@ async def check_service(url: str | None, token: str | None, timeout_s: float = S
     if not url:
         return ServiceCheck("unconfigured", None, "no service URL: run `bir login --url URL`")
     timeout_s = min(timeout_s, config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000)
+    shown = display_url(url.rstrip("/"))
     async with ServiceClient(url, token or "", timeout_s=timeout_s) as service:
         try:
             await service.get_scenario(PROBE_SCENARIO_ID)
         except ServiceError as exc:
             if exc.status in (200, 404):  # 200 but not a scenario: still signed in
-                return ServiceCheck("accepted", service.base_url)
+                return ServiceCheck("accepted", shown)
             if exc.status in (401, 403):
-                return ServiceCheck("refused", service.base_url, f"HTTP {exc.status}")
+                return ServiceCheck("refused", shown, f"HTTP {exc.status}")
             if exc.kind in ("unreachable", "timeout"):
-                return ServiceCheck("unreachable", service.base_url, str(exc))
-            return ServiceCheck("unexpected", service.base_url, str(exc))
-    return ServiceCheck("accepted", service.base_url)
+                return ServiceCheck("unreachable", shown, str(exc))
+            return ServiceCheck("unexpected", shown, str(exc))
+    return ServiceCheck("accepted", shown)

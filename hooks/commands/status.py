@@ -21,6 +21,7 @@ from bir.core import credentials, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.off_switch import OffState, read_off
 from bir.core.paths import resolve_project
+from bir.core.urls import display_url
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service, control_facts
 from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
 from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
@@ -144,7 +145,7 @@ def render_json(facts: StatusFacts) -> dict[str, Any]:
         "service": {
             "kind": "local" if facts.local is not None else "remote",
             "local": facts.local,
-            "url": facts.sign_in.url,
+            "url": None if facts.sign_in.url is None else display_url(facts.sign_in.url),
             "urlFrom": facts.sign_in.url_from,
             "tokenFrom": facts.sign_in.token_from,
             "check": facts.service.verdict,

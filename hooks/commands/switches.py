@@ -23,6 +23,7 @@ import psutil
 
 from bir.core import config, installed
 from bir.core.exits import EXIT_USAGE
+from bir.core.home_files import open_private, private_dir
 from bir.core.log import logs_dir
 from bir.core.paths import off_file, pid_alive, project_key, resolve_project, revive_stamp
 from bir.core.revive import revive
@@ -247,8 +248,8 @@ def runner_off() -> CommandResult:
     """
     path = off_file(config.home())
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        private_dir(path.parent)
+        os.close(open_private(path, "append"))
     except OSError as exc:
         raise CommandError(
             f"cannot write {path}: {exc.strerror or exc}; set BIR_OFF=1 for a session instead, "

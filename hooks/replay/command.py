@@ -203,7 +203,8 @@ async def run_replay(args: ReplayArgs, *, progress: Progress = _quiet, child_log
         missing = _missing_targets(scenario, params)
         if missing:
             return _missing_report(run, missing)
-        async with EvaluatorPool() as pool:
+        # A command ends long before a worker reaches its budget: no warm spare to pay for at start.
+        async with EvaluatorPool(warm_spares=False) as pool:
             return await (_dry(run, pool) if args.dry else _with_control(run, pool))
 
 

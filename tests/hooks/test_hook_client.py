@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from bir.core import config, installed
-from bir.core.paths import discovery_file, project_key, revive_stamp, server_lock
+from bir.core.paths import discovery_file, project_key, revive_stamp, server_lock, stall_stamp
 from bir.hooks import api, hook_client
 from bir.hooks.discovery import Discovery, write_discovery
 from bir.hooks.server.control import ControlServer
@@ -433,3 +433,77 @@ def test_the_host_goes_in_front_of_the_body_as_written_and_never_twice() -> None
     assert hook_client.with_host(b"{}", {}, 4242) == b"{}"
     already = b'{"bir_host_pid": 1, "session_id": "s"}'
     assert hook_client.with_host(already, json.loads(already), 4242) == already
+
+
+# -- a home bir can trust, and a server that does not answer (issue 16) -------------------------------
+
+
+def test_a_planted_revive_stamp_symlink_never_truncates_its_target(project: Path, home: Path) -> None:
+    installed.update(project, down=False)
+    target = project / "precious.txt"
+    target.write_text("the user's own\n")
+    stamp = revive_stamp(home, project)
+    stamp.parent.mkdir(mode=0o700, exist_ok=True)
+    stamp.symlink_to(target)
+    os.utime(stamp, (0, 0), follow_symlinks=False)  # a revive is due
+    done = subprocess.run(
+        [HOOK, "PreToolUse"],
+        input=b"{}",
+        capture_output=True,
+        check=False,
+        env={**os.environ, "CLAUDE_PROJECT_DIR": str(project)},
+    )
+    assert (done.stdout, done.stderr, done.returncode) == (b"{}\n", b"", 0)
+    assert target.read_text() == "the user's own\n"
+    [line] = _hook_log(home)
+    assert "symbolic link" in line["error"]
+
+
+@pytest.mark.parametrize("planted", ["discovery", "log"])
+async def test_a_fifo_in_the_home_never_holds_a_hook(project: Path, home: Path, planted: str) -> None:
+    path = discovery_file(home, project) if planted == "discovery" else home / "logs" / "hook.log"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.mkfifo(path)
+    with anyio.fail_after(5):
+        assert await _hook("PreToolUse", BODY, project) == ("{}\n", "", 0)
+
+
+async def test_a_server_that_did_not_answer_is_skipped_until_it_runs_again(
+    stand_in: StandIn, project: Path, home: Path
+) -> None:
+    stand_in.mode = "slow"
+    _publish(project, stand_in.url)
+    assert await _hook("PostToolUse", "{}", project) == ("{}\n", "", 0)
+    stamp = stall_stamp(home, project)
+    assert stamp.read_text() == f"{os.getpid()}\n"
+    # Later hooks answer at once and never reach the server.
+    with anyio.fail_after(2):
+        assert await _hook("PreToolUse", BODY, project) == ("{}\n", "", 0)
+    assert len(stand_in.seen) == 1
+    # Once it runs again (bir-hooks clears the stamp), hooks reach it.
+    stand_in.mode = "echo"
+    stamp.unlink()
+    out, _, _ = await _hook("PreToolUse", BODY, project)
+    assert json.loads(out)["route"] == "/tool/pre"
+
+
+async def test_a_stall_stamp_of_another_server_is_ignored(stand_in: StandIn, project: Path, home: Path) -> None:
+    _publish(project, stand_in.url)
+    stamp = stall_stamp(home, project)
+    stamp.write_text("999999999\n")
+    out, _, _ = await _hook("PreToolUse", BODY, project)
+    assert json.loads(out)["route"] == "/tool/pre"
+
+
+def test_a_running_server_clears_the_note_that_it_did_not_answer(revived: Path, home: Path) -> None:
+    child = subprocess.Popen(
+        [str(BIN / "bir-hooks"), "--project", str(revived)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    try:
+        _wait_for(lambda: discovery_file(home, revived).exists())
+        stamp = stall_stamp(home, revived)
+        stamp.write_text(f"{child.pid}\n")
+        _wait_for(lambda: not stamp.exists(), 10)
+    finally:
+        child.terminate()
+        child.wait(20)

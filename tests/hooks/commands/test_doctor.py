@@ -3,6 +3,7 @@ allowlist, nobody to derive), each with the command that fixes it; the replay bl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -240,3 +241,37 @@ def test_every_unwrapped_server_is_named_with_the_mode_its_scenarios_get_and_the
     text = capsys.readouterr().out
     assert "unwrapped: db (not approved in Claude Code yet (db-server --ro)): its scenarios steer" in text
     assert "bir install --approve db" in text
+
+
+def with_walls(walls: dict[str, str]) -> DoctorFacts:
+    facts = doctor_facts(health(served=["fleet"], wrapped=["fleet"]))
+    return dataclasses.replace(facts, evaluator=dataclasses.replace(facts.evaluator, walls=walls))
+
+
+def test_doctor_shows_the_kernels_walls_under_the_workers_when_they_are_all_up() -> None:
+    up = {"no_new_privs": "up", "landlock": "up: ABI 7: no files", "seccomp": "up: no sockets"}
+    [shown] = [f for f in doctor.diagnose(with_walls(up)).findings if "walls" in f.text]
+    assert shown.level == "ok"
+    assert "landlock up: ABI 7" in shown.text
+
+
+@pytest.mark.parametrize(
+    ("walls", "fix"),
+    [
+        ({"no_new_privs": "off: BIR_LOGIC_WALLS=0", "landlock": "off: BIR_LOGIC_WALLS=0"}, "unset BIR_LOGIC_WALLS"),
+        ({"no_new_privs": "up", "landlock": "down: no Landlock in this kernel", "seccomp": "up"}, "Landlock"),
+    ],
+)
+def test_a_wall_that_is_off_or_down_is_a_warning_with_what_puts_it_up(walls: dict[str, str], fix: str) -> None:
+    [shown] = [f for f in doctor.diagnose(with_walls(walls)).findings if "walls" in f.text]
+    assert shown.level == "warning"
+    assert shown.fix is not None
+    assert fix in shown.fix
+
+
+def test_the_walls_doctor_reports_are_the_ones_this_kernel_has(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["doctor", "--project", str(project), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert any("walls" in finding["text"] for finding in report["findings"])
