@@ -39,6 +39,7 @@ from bir.hooks.session.controller import Controller
 from bir.hooks.session.outbox import Outbox
 from bir.hooks.session.recorder import Recorder
 from bir.hooks.session.switches import SwitchReader, installed_proxies, read_switches
+from bir.hooks.wiring import wrap_approved
 
 # Bundle files (a diverging Bash's results, §8) live an hour; the server looks this often, so none
 # outlives it by more than this, whether or not another bundle is written.
@@ -99,6 +100,7 @@ async def live_session(
             delivery_live=hellos.delivery_tool_live,
             wait_for_delivery=hellos.wait_for_delivery_tool,
             expected_wrapped=lambda: installed_proxies(project),
+            wrap_approved=lambda: asyncio.to_thread(wrap_approved, project),
         )
         controller.switches()
         server = ControlServer(handler=controller, queue=queue, hellos=hellos, wrapped=wrapped)

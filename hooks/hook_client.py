@@ -10,7 +10,7 @@ A server that did not answer in time is remembered (``bir.core.stall``): until i
 answer ``{}`` at once instead of waiting out their deadline at every tool call.
 
 When an installed project (not marked down) has no live server, the hook starts
-``bir-hooks revive`` detached, at most once per ``REVIVE_EVERY_S``, and on SessionStart and
+``bir-hooks revive`` detached (``bir.core.revive``: at most once per ``REVIVE_EVERY_S``), and on SessionStart and
 UserPromptSubmit waits up to ``REVIVE_WAIT_S`` for it, so that a session's first prompt is still
 matched.
 
@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from bir.core import config
-from bir.core.home_files import open_private, private_dir, read_private, write_private
+from bir.core.home_files import open_private, private_dir, read_private
+from bir.core.host import host_pid
 from bir.core.off_switch import runner_off
-from bir.core.paths import discovery_file, pid_alive, resolve_project, revive_stamp
+from bir.core.paths import discovery_file, pid_alive, resolve_project
 from bir.core.stall import is_stalled, mark_stalled
-from bir.hooks.hook_routes import HOOK_ROUTES
+from bir.hooks.hook_routes import HOOK_ROUTES, HOST_PID_FIELD
 
 # Events that wait for a revived server: the start of a session and its prompts are what get matched.
 WAITING_EVENTS: Final = frozenset({"SessionStart", "UserPromptSubmit"})
@@ -44,7 +45,6 @@ WAITING_EVENTS: Final = frozenset({"SessionStart", "UserPromptSubmit"})
 MAX_STDIN_BYTES: Final = 16 * 1024 * 1024
 MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 MAX_DISCOVERY_BYTES: Final = 64 * 1024
-REVIVE_EVERY_S: Final = 10.0
 REVIVE_WAIT_S: Final = 1.0
 REVIVE_POLL_S: Final = 0.04
 LOG_MAX_BYTES: Final = 1024 * 1024
@@ -100,6 +100,15 @@ def read_body(stream: Any, limit: int = MAX_STDIN_BYTES) -> tuple[bytes, dict[st
     if not isinstance(parsed, dict):
         raise HookFailure("stdin is not a JSON object")
     return data, parsed
+
+
+def with_host(body: bytes, parsed: Mapping[str, Any], host: int) -> bytes:
+    """``body`` with bir's host field first in the object, the rest of its bytes as Claude Code wrote them
+    (re-encoding a large ``tool_response`` would cost every tool call). An empty object stays as it is."""
+    if not parsed or HOST_PID_FIELD in parsed:
+        return body
+    start = body.find(b"{")
+    return body[:start] + b'{"' + HOST_PID_FIELD.encode() + b'":' + str(host).encode() + b"," + body[start + 1 :]
 
 
 def project_dir(body: Mapping[str, Any], env: Mapping[str, str]) -> Path:
@@ -211,51 +220,6 @@ def answer_text(data: bytes) -> str:
     return json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
 
 
-def hooks_command() -> list[str]:
-    """How to start ``bir-hooks`` of this installation: the script beside the interpreter or this
-    script, else ``python -m bir.hooks``."""
-    for folder in (Path(sys.executable).parent, Path(sys.argv[0]).resolve().parent if sys.argv[0] else None):
-        if folder is not None:
-            candidate = folder / "bir-hooks"
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return [str(candidate)]
-    import shutil
-
-    found = shutil.which("bir-hooks")
-    return [found] if found else [sys.executable, "-m", "bir.hooks"]
-
-
-def revive(home: Path, project: Path, now: float | None = None) -> bool:
-    """Start ``bir-hooks revive --project PROJECT`` detached, unless one was started within
-    ``REVIVE_EVERY_S``; True if started.
-
-    Raises:
-        OSError: the stamp or the process could not be made.
-    """
-    stamp = revive_stamp(home, project)
-    now = time.time() if now is None else now
-    try:
-        if now - os.lstat(stamp).st_mtime < REVIVE_EVERY_S:
-            return False
-    except FileNotFoundError:
-        pass
-    private_dir(home, "control")
-    write_private(stamp, b"")
-    os.utime(stamp, (now, now), follow_symlinks=False)
-    import subprocess
-
-    subprocess.Popen(
-        [*hooks_command(), "revive", "--project", str(project)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        close_fds=True,
-        start_new_session=True,
-        cwd=str(project) if project.is_dir() else "/",
-    )
-    return True
-
-
 def _wait_for_server(home: Path, project: Path, until: float) -> tuple[str, str, int] | None:
     while True:
         server = read_server(home, project)
@@ -281,6 +245,7 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
     server = read_server(home, project)
     if server is None:
         from bir.core import installed
+        from bir.core.revive import revive
 
         switches = installed.project(project, home)
         if switches is None or switches.down:
@@ -298,7 +263,7 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
     if is_stalled(home, project, pid):
         return _EMPTY
     try:
-        return answer_text(post(url, route.path, token, body, deadline))
+        return answer_text(post(url, route.path, token, with_host(body, parsed, host_pid(env)), deadline))
     except ServerTimedOut:
         try:
             mark_stalled(home, project, pid)

@@ -18,6 +18,7 @@ import httpx
 import msgspec
 
 from bir.core.framing import deeper_than
+from bir.core.host import host_pid
 from bir.hooks import api
 from bir.hooks.control_client import ControlClient, ControlError, Endpoint
 
@@ -67,6 +68,8 @@ class ProxyLink:
         self.server_name = server_name
         self.proxy_id = proxy_id
         self._started_at = int(time.time() * 1000)
+        # The Claude Code process that started this proxy: its session's hooks name the same one.
+        self._host_pid = host_pid()
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -78,7 +81,11 @@ class ProxyLink:
             ControlError: no answer, a non-2xx answer, or an unreadable one.
         """
         body = api.RegisterRequest(
-            server_name=self.server_name, proxy_id=self.proxy_id, pid=os.getpid(), started_at=self._started_at
+            server_name=self.server_name,
+            proxy_id=self.proxy_id,
+            pid=os.getpid(),
+            started_at=self._started_at,
+            host_pid=self._host_pid,
         )
         answer = await self._client.call(api.PROXY_REGISTER, body)
         hold = max(0, min(answer.poll_hold_ms, MAX_POLL_HOLD_MS))
@@ -96,6 +103,7 @@ class ProxyLink:
             pid=os.getpid(),
             started_at=self._started_at,
             hold_ms=hold_ms,
+            host_pid=self._host_pid,
         )
         return await self._client.call(api.PROXY_POLL, body, timeout_s=hold_ms / 1000 + POLL_SLACK_S)
 

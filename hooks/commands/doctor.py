@@ -21,21 +21,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bir.core import config
+from bir.core import config, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.evaluator import walls
 from bir.hooks import api
-from bir.hooks.commands.install import (
+from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
+from bir.hooks.commands.status import StatusFacts
+from bir.hooks.commands.status import gather as gather_status
+from bir.hooks.commands.term import ago, paint, wants_colour
+from bir.hooks.wiring import (
+    HookStyle,
     InstallError,
     claude_config_file,
     is_bir_hook,
     is_mcp_hook,
     read_json_file,
+    stored_hook_style,
 )
-from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
-from bir.hooks.commands.status import StatusFacts
-from bir.hooks.commands.status import gather as gather_status
-from bir.hooks.commands.term import ago, paint, wants_colour
 
 Level = Literal["broken", "warning", "ok"]
 Deriver = Literal["this machine", "the service", "nobody"]
@@ -53,7 +55,7 @@ class HookFact:
     is_async: bool = False
     command: str = ""
     runnable: bool = False
-    # "mcp_tool" for the tool events of ``bir install --replay --mcp-hooks``; its input is as install writes it.
+    # "mcp_tool" for the tool events as ``bir install`` writes them by default; its input is as install writes it.
     kind: str = "command"
     input_ok: bool = True
 
@@ -82,6 +84,8 @@ class DoctorFacts:
     derive_key: bool
     anthropic_key_ignored: bool
     evaluator: EvaluatorFacts
+    # How install wrote the tool events' hooks; None: an install older than the choice (it wrote commands).
+    hook_style: HookStyle | None = "mcp_tool"
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,9 @@ async def gather(project_dir: str | Path) -> DoctorFacts:
         _, config_doc = read_json_file(claude_config_file())
     except InstallError:
         config_doc = {}
+    stored = installed.project(project)
+    record = stored.install if stored is not None else {}
+    style: HookStyle | None = stored_hook_style(record) if "hookStyle" in record or record.get("mcpHooks") else None
     engine = str(config.get_str("BIR_LOGIC_ENGINE"))
     timeout = _setting("BIR_LOGIC_TIMEOUT_MS")
     derive_key = bool(config.get_str("BIR_DERIVE_API_KEY"))
@@ -198,6 +205,7 @@ async def gather(project_dir: str | Path) -> DoctorFacts:
         hooks=read_hooks(settings),
         local_servers=read_local_servers(config_doc, status.project),
         min_steer_similarity=float(config.get_float("BIR_MIN_STEER_SIMILARITY") or 0.0),
+        hook_style=style,
         derive_key=derive_key or (anthropic and use_anthropic),
         anthropic_key_ignored=anthropic and not use_anthropic and not derive_key,
         evaluator=EvaluatorFacts(
@@ -249,6 +257,18 @@ def _replay_findings(facts: DoctorFacts, deriver: Deriver) -> list[Finding]:
                 "bir install --replay",
             )
         )
+    for server in facts.status.unwrapped:
+        # §4: a scenario whose steps are all wrapped MCP tools runs direct; one step of an unwrapped server
+        # makes the whole scenario steer (the model makes each call, bir pins it), and divergence cannot run it.
+        out.append(
+            Finding(
+                "servers",
+                "warning",
+                f"{server.name}: not wrapped ({server.why}): every scenario that calls its tools runs in steer mode"
+                " instead of direct, and no step of it runs by itself",
+                server.fix,
+            )
+        )
     if view.replay and deriver == "nobody":
         out.append(
             Finding(
@@ -293,8 +313,7 @@ def _hook_findings(facts: DoctorFacts) -> list[Finding]:
         if hook.found > 1:
             wrong.append(f"{hook.found} copies")
         if wrong:
-            fix = "bir install --replay --mcp-hooks" if hook.kind == "mcp_tool" else "bir install"
-            out.append(Finding("hooks", "broken", f"{hook.event}: " + "; ".join(wrong), fix))
+            out.append(Finding("hooks", "broken", f"{hook.event}: " + "; ".join(wrong), "bir install"))
     if not out:
         timeouts = ", ".join(f"{h.event} {h.timeout}s" for h in facts.hooks)
         mcp = [h.event for h in facts.hooks if h.kind == "mcp_tool"]
@@ -302,6 +321,17 @@ def _hook_findings(facts: DoctorFacts) -> list[Finding]:
         out.append(
             Finding("hooks", "ok", f"all {len(facts.hooks)} hooks as expected, none async ({timeouts}){through}")
         )
+        tool_commands = [h.event for h in facts.hooks if h.event in api.MCP_HOOK_EVENTS and h.kind == "command"]
+        if tool_commands and facts.hook_style is None:
+            out.append(
+                Finding(
+                    "hooks",
+                    "warning",
+                    f"{', '.join(tool_commands)} run bir-hook, a process per tool call (an older install):"
+                    " installing again makes them mcp_tool hooks on the `bir` server, at about the cost of no hooks",
+                    "bir install",
+                )
+            )
     return out
 
 
@@ -352,8 +382,8 @@ def _server_findings(facts: DoctorFacts) -> list[Finding]:
             Finding(
                 "bir server",
                 "broken",
-                "install registered the `bir` server, but its entry is gone",
-                "bir install --replay",
+                "install registered the `bir` server, but its entry is gone (it carries the tool events' hooks)",
+                "bir install",
             )
         )
     if health is not None and status.replay.replay:

@@ -27,6 +27,7 @@ from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command,
 from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
 from bir.hooks.commands.term import ago, paint, wants_colour
 from bir.hooks.local import store_summary, wants_local
+from bir.hooks.wiring import Unwrapped, unwrapped_servers
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class StatusFacts:
     log: str
     # The local service's store when it is the service in use (no service configured, or BIR_SERVICE=local).
     local: dict[str, Any] | None = None
+    # The project's MCP servers no bir-proxy wraps (their scenarios steer instead of running direct).
+    unwrapped: tuple[Unwrapped, ...] = ()
 
 
 async def gather(project_dir: str | Path) -> StatusFacts:
@@ -64,6 +67,7 @@ async def gather(project_dir: str | Path) -> StatusFacts:
         service=await check_service(sign_in.url, sign_in.token),
         log=str(server_log(project)),
         local=await anyio.to_thread.run_sync(store_summary) if wants_local() else None,
+        unwrapped=tuple(unwrapped_servers(project)) if switches is not None else (),
     )
 
 
@@ -147,6 +151,7 @@ def render_json(facts: StatusFacts) -> dict[str, Any]:
             "check": facts.service.verdict,
             "detail": facts.service.detail,
         },
+        "unwrapped": [{"name": u.name, "why": u.why, "fix": u.fix} for u in facts.unwrapped],
         "problems": [{"what": p.what, "fix": p.fix} for p in assess(facts)],
     }
 
@@ -226,6 +231,9 @@ def render_text(facts: StatusFacts, colour: bool = False) -> str:
         lines.append("installed: yes")
         lines.append(f"replay:   {replay}; bir may call by itself: {describe_allow(view.allow)}")
     lines += _control_lines(facts, colour)
+    for server in facts.unwrapped:
+        fix = f" — {server.fix}" if server.fix else ""
+        lines.append(f"unwrapped: {server.name} ({server.why}): its scenarios steer, never run direct{fix}")
     lines.append(_service_line(facts, colour))
     for problem in assess(facts):
         lines.append(paint("problem: ", "red", colour) + f"{problem.what} — fix: {problem.fix}")

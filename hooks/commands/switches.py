@@ -26,7 +26,8 @@ from bir.core.exits import EXIT_USAGE
 from bir.core.home_files import open_private, private_dir
 from bir.core.log import logs_dir
 from bir.core.paths import off_file, pid_alive, project_key, resolve_project, revive_stamp
-from bir.hooks import api, hook_client
+from bir.core.revive import revive
+from bir.hooks import api
 from bir.hooks.commands.result import (
     CommandError,
     CommandResult,
@@ -324,7 +325,7 @@ def bring_up(project_dir: str | os.PathLike[str], wait_s: float = UP_WAIT_S) -> 
     try:
         # A person asked: the hooks' once-per-10-s limit is not for them.
         revive_stamp(home, project).unlink(missing_ok=True)
-        hook_client.revive(home, project)
+        revive(home, project)
     except OSError as exc:
         raise CommandError(f"cannot start bir-hooks: {exc}; check that bir is installed (bir-hooks --help)") from exc
     box: list[Discovery] = []

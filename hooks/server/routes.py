@@ -259,13 +259,16 @@ def build_app(server: ServerState) -> Starlette:
     async def proxy_register(request: Request) -> Response:
         body, _ = await parse_body(request, api.RegisterRequest)
         server.wrapped.add(body.server_name)
-        server.queue.register(body.server_name, body.proxy_id, session_id=body.session_id, pid=body.pid)
+        server.queue.register(
+            body.server_name, body.proxy_id, session_id=body.session_id, pid=body.pid, host_pid=body.host_pid
+        )
         log_event(
             "proxy.registered",
             server=body.server_name,
             proxy_id=body.proxy_id,
             pid=body.pid,
             session_id=body.session_id,
+            host_pid=body.host_pid,
         )
         return json_response(api.RegisterAnswer(replay=server.replay_enabled, poll_hold_ms=POLL_HOLD_MS))
 
@@ -274,7 +277,7 @@ def build_app(server: ServerState) -> Starlette:
         # A proxy that outlived a restart of this server polls before it registers again.
         proxy_id = body.proxy_id or f"{body.server_name}#{body.pid or 0}"
         server.wrapped.add(body.server_name)
-        server.queue.register(body.server_name, proxy_id, pid=body.pid)
+        server.queue.register(body.server_name, proxy_id, pid=body.pid, host_pid=body.host_pid)
         if not server.replay_enabled:
             return json_response(api.PollAnswer(replay=False))
         hold_ms = POLL_HOLD_MS if body.hold_ms is None else min(body.hold_ms, POLL_HOLD_MS)

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from bir.core import config, installed
 from bir.core.paths import discovery_file, project_key, revive_stamp, server_lock, stall_stamp
-from bir.hooks import api
+from bir.hooks import api, hook_client
 from bir.hooks.discovery import Discovery, write_discovery
 from bir.hooks.server.control import ControlServer
 
@@ -142,8 +142,20 @@ async def test_a_hook_posts_its_body_with_the_token_and_prints_the_answer(stand_
     assert err == ""
     assert out.endswith("\n")
     assert out.count("\n") == 1
-    assert json.loads(out) == {"route": "/tool/pre", "echo": json.loads(BODY)}
-    assert stand_in.seen == [("/tool/pre", f"Bearer {TOKEN}", BODY.encode())]
+    # The body goes as Claude Code wrote it, with the session's host (here: this test process) in front.
+    host = {"bir_host_pid": os.getpid()}
+    assert json.loads(out) == {"route": "/tool/pre", "echo": {**host, **json.loads(BODY)}}
+    sent = f'{{"bir_host_pid":{os.getpid()},'.encode() + BODY.encode()[1:]
+    assert stand_in.seen == [("/tool/pre", f"Bearer {TOKEN}", sent)]
+
+
+async def test_a_hook_run_through_sh_names_the_shells_parent_as_its_host(stand_in: StandIn, project: Path) -> None:
+    _publish(project, stand_in.url)
+    env = {**os.environ, "CLAUDE_PROJECT_DIR": str(project)}
+    env.pop("CLAUDE_PID", None)
+    # As Claude Code runs a command hook: `/bin/sh -c "<command>"` (the `; true` keeps the shell alive).
+    done = await anyio.run_process(["/bin/sh", "-c", f"{HOOK} PreToolUse; true"], input=BODY.encode(), env=env)
+    assert json.loads(done.stdout)["echo"]["bir_host_pid"] == os.getpid()
 
 
 @pytest.mark.parametrize("event", list(api.HOOK_ROUTES))
@@ -411,6 +423,16 @@ def test_help_is_for_a_person_and_names_the_events() -> None:
     assert done.returncode == 0
     assert done.stdout.startswith("usage: bir-hook EVENT")
     assert "PreToolUse" in done.stdout
+
+
+def test_the_host_goes_in_front_of_the_body_as_written_and_never_twice() -> None:
+    body = b' \n{"session_id": "s", "tool_response": {"stdout": "x"}}'
+    added = hook_client.with_host(body, json.loads(body), 4242)
+    assert json.loads(added) == {"bir_host_pid": 4242, **json.loads(body)}
+    assert added.endswith(b'"session_id": "s", "tool_response": {"stdout": "x"}}')
+    assert hook_client.with_host(b"{}", {}, 4242) == b"{}"
+    already = b'{"bir_host_pid": 1, "session_id": "s"}'
+    assert hook_client.with_host(already, json.loads(already), 4242) == already
 
 
 # -- a home bir can trust, and a server that does not answer (issue 16) -------------------------------

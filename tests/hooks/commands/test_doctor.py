@@ -202,10 +202,10 @@ def test_a_control_server_that_does_not_answer_is_broken() -> None:
     assert control[0].fix == "bir down && bir up"
 
 
-def test_mcp_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_gone(
+def test_the_default_mcp_tool_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_gone(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["install", "--replay", "--mcp-hooks", "--project", str(project)]) == 0
+    assert main(["install", "--replay", "--project", str(project)]) == 0
     capsys.readouterr()
     _, data = doctor_json(capsys, project)
     ok = finding(data, "hooks", "all 7 hooks as expected")
@@ -219,7 +219,28 @@ def test_mcp_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_g
     config_path.write_text(json.dumps(config))
     _, data = doctor_json(capsys, project)
     broken = finding(data, "hooks", "PreToolUse: an mcp_tool hook on the `bir` MCP server, which is not registered")
-    assert (broken["level"], broken["fix"]) == ("broken", "bir install --replay --mcp-hooks")
+    assert (broken["level"], broken["fix"]) == ("broken", "bir install")
+
+
+def test_every_unwrapped_server_is_named_with_the_mode_its_scenarios_get_and_the_command_that_wraps_it(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mcp = {"db": {"command": "db-server", "args": ["--ro"]}, "web": {"type": "http", "url": "https://x.invalid"}}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": mcp}))
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    capsys.readouterr()
+    _, data = doctor_json(capsys, project)
+    db = finding(data, "servers", "db: not wrapped (not approved in Claude Code yet (db-server --ro))")
+    assert "runs in steer mode instead of direct" in db["text"]
+    assert (db["level"], db["fix"]) == ("warning", "bir install --approve db")
+    web = finding(data, "servers", "web: not wrapped (http server: not wrapped)")
+    assert web["fix"] is None
+    assert not [f for f in data["findings"] if f["topic"] == "servers" and "fleet" in f["text"]]
+
+    assert main(["status", "--project", str(project)]) == 0
+    text = capsys.readouterr().out
+    assert "unwrapped: db (not approved in Claude Code yet (db-server --ro)): its scenarios steer" in text
+    assert "bir install --approve db" in text
 
 
 def with_walls(walls: dict[str, str]) -> DoctorFacts:
