@@ -11,7 +11,7 @@ never steps and take no index.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -54,20 +54,30 @@ def usage_to_wire(usage: Sequence[ModelUsage]) -> list[dict[str, Any]]:
 
 
 class Recorder:
-    """Records the runs of one control server. ``outbox`` may be None only when ``service_configured`` is false."""
+    """Records the runs of one control server. ``outbox`` may be None only when ``service_configured`` is false.
+
+    ``service_configured`` may be a callable, asked at each use: a control server's service client
+    follows ``bir login`` and ``bir logout`` while it runs, and so does what it records.
+    """
 
     def __init__(
         self,
         outbox: Outbox | None,
-        service_configured: bool,
+        service_configured: bool | Callable[[], bool],
         *,
         max_output_chars: int = MAX_OUTPUT_CHARS,
         max_runs: int = MAX_RUNS,
     ) -> None:
-        self._outbox = outbox if service_configured else None
+        self._given_outbox = outbox
+        self._configured = service_configured
         self._max_output_chars = max_output_chars
         self._max_runs = max_runs
         self._runs: OrderedDict[str, _Run] = OrderedDict()
+
+    @property
+    def _outbox(self) -> Outbox | None:
+        configured = self._configured() if callable(self._configured) else self._configured
+        return self._given_outbox if configured else None
 
     @property
     def sending(self) -> bool:
@@ -112,7 +122,8 @@ class Recorder:
         if step_index is None:
             step_index = run.next_index
         run.next_index = max(run.next_index, step_index + 1)
-        if self._outbox is None:
+        outbox = self._outbox
+        if outbox is None:
             return step_index
         body: dict[str, Any] = {
             "stepIndex": step_index,
@@ -124,7 +135,7 @@ class Recorder:
             body["error"] = cut_counted(redact_text(error), MAX_ERROR_CHARS)
         if duration_ms is not None:
             body["durationMs"] = _count(duration_ms)
-        self._outbox.enqueue_step(run_id, step_index, body)
+        outbox.enqueue_step(run_id, step_index, body)
         return step_index
 
     def finish(
@@ -146,7 +157,8 @@ class Recorder:
         if run is None or run.finished:
             return False
         run.finished = True
-        if self._outbox is None:
+        outbox = self._outbox
+        if outbox is None:
             return False
         body: dict[str, Any] = {
             "output": cut_counted(redact_text(output or ""), self._max_output_chars),
@@ -156,7 +168,7 @@ class Recorder:
             "measured": bool(measured),
             "pricingVersion": pricing_version,
         }
-        return self._outbox.enqueue_finish(run_id, body)
+        return outbox.enqueue_finish(run_id, body)
 
     def _input(self, tool_input: object) -> object:
         cleaned = redact(tool_input)

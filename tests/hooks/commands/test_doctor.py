@@ -4,6 +4,7 @@ allowlist, nobody to derive), each with the command that fixes it; the replay bl
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from bir.core.off_switch import OffState
 from bir.hooks import api
 from bir.hooks.commands import doctor
 from bir.hooks.commands.doctor import DoctorFacts, EvaluatorFacts, HookFact
-from bir.hooks.commands.probes import ControlFacts, ServiceCheck
+from bir.hooks.commands.probes import ControlFacts, ServiceCheck, Serving
 from bir.hooks.commands.status import StatusFacts
 from bir.hooks.discovery import Discovery
 from tests.hooks.ops_facts import replay_view_of
@@ -134,6 +135,7 @@ def doctor_facts(
     derive_key: bool = False,
     signed_in: bool = True,
     local: dict[str, str] | None = None,
+    serving: Serving = "remote",
 ) -> DoctorFacts:
     status = StatusFacts(
         project="/p",
@@ -157,12 +159,30 @@ def doctor_facts(
         derive_key=derive_key,
         anthropic_key_ignored=False,
         evaluator=EvaluatorFacts("v8", True, "2", "1000", "default"),
+        serving=serving,
     )
 
 
-def health(served: list[str], wrapped: list[str]) -> api.Health:
+def health(served: list[str], wrapped: list[str], left: list[str] | None = None) -> api.Health:
     hello = api.LastHello(pid=1, version="0", tools=1, off=False, age_ms=5000)
-    return api.Health(ok=True, pid=4242, version="0", uptime_ms=1000, served=served, wrapped=wrapped, last_hello=hello)
+    return api.Health(
+        ok=True,
+        pid=4242,
+        version="0",
+        uptime_ms=1000,
+        served=served,
+        wrapped=wrapped,
+        left=left or [],
+        last_hello=hello,
+    )
+
+
+def test_a_proxy_whose_session_closed_is_not_a_dead_proxy_and_asks_for_no_restart() -> None:
+    diagnosis = doctor.diagnose(doctor_facts(health(served=[], wrapped=["fleet"], left=["fleet"])))
+    found = [f for f in diagnosis.findings if f.topic == "proxies"]
+    assert [(f.level, f.fix) for f in found] == [("ok", None)]
+    assert "session closed" in found[0].text
+    assert not diagnosis.broken
 
 
 def test_a_proxy_that_registered_and_stopped_polling_is_a_dead_proxy_with_where_to_look() -> None:
@@ -170,7 +190,7 @@ def test_a_proxy_that_registered_and_stopped_polling_is_a_dead_proxy_with_where_
     dead = [f for f in diagnosis.findings if f.topic == "proxies"]
     assert len(dead) == 1
     assert dead[0].level == "warning"
-    assert "stopped polling" in dead[0].text
+    assert "without saying goodbye" in dead[0].text
     assert dead[0].fix is not None
     assert "/h/logs/k.log" in dead[0].fix
     alive = doctor.diagnose(doctor_facts(health(served=["fleet"], wrapped=["fleet"])))
@@ -219,3 +239,40 @@ def test_mcp_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_g
     _, data = doctor_json(capsys, project)
     broken = finding(data, "hooks", "PreToolUse: an mcp_tool hook on the `bir` MCP server, which is not registered")
     assert (broken["level"], broken["fix"]) == ("broken", "bir install --replay --mcp-hooks")
+
+
+def test_where_the_local_service_serves_being_signed_out_is_not_broken() -> None:
+    remote = doctor.diagnose(doctor_facts(None, signed_in=False, serving="none"))
+    local = doctor.diagnose(doctor_facts(None, signed_in=False, serving="local"))
+    assert any(f.topic == "derive" and f.level == "broken" for f in remote.findings)
+    assert local.deriver == "the local service"
+    assert [f.level for f in local.findings if f.topic in ("derive", "service")] == ["ok"]
+
+
+def test_today_no_service_url_means_no_service_serves() -> None:
+    from bir.hooks.commands.probes import serving
+
+    assert serving(credentials.Effective(None, None, "none", "none")) == "none"
+    assert serving(credentials.Effective("https://svc", "t", "stored", "stored")) == "remote"
+
+
+def test_a_bad_bir_value_is_one_finding_among_the_others_not_a_refusal_to_look(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("BIR_STEP_TIMEOUT_MS", "abc")
+    monkeypatch.setenv("BIR_LOGIC_ENGINE", "spidermonkey")
+    code, data = doctor_json(capsys, project)
+    assert code == 1
+    bad = [f for f in data["findings"] if f["topic"] == "config"]
+    assert [(f["level"], f["fix"].split()[:2]) for f in bad] == [
+        ("broken", ["unset", "BIR_LOGIC_ENGINE"]),
+        ("broken", ["unset", "BIR_STEP_TIMEOUT_MS"]),
+    ]
+    assert "got 'abc'" in bad[1]["text"]
+    # The rest of the report is there, judged as if the bad values were unset.
+    assert finding(data, "hooks", "all 7 hooks as expected")["level"] == "ok"
+    assert finding(data, "evaluator", "engine v8")["level"] == "ok"
+    # And nothing of this process's environment was changed by looking.
+    assert (os.environ["BIR_STEP_TIMEOUT_MS"], os.environ["BIR_LOGIC_ENGINE"]) == ("abc", "spidermonkey")
