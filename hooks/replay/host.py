@@ -3,7 +3,12 @@
 A proxy runs work only once its host has initialized the MCP session with the upstream (the proxy
 relays the host's own ``initialize``). With no Claude Code session around, ``bir replay`` is that
 host: it spawns the proxy, sends ``initialize`` and ``notifications/initialized``, drains the
-proxy's stdout, and stops it within bounds (close stdin, wait, terminate, kill).
+proxy's stdout, and stops it within bounds (close stdin, wait, terminate, kill). The proxy runs in a
+session of its own, so a terminal's Ctrl-C reaches ``bir replay`` alone, which then stops it in order.
+
+Every failure to start is one sentence (``HostSessionError``): a command that is not there, one that
+exits before the handshake, and one that is not an MCP server (it does not answer ``initialize``
+within ``INITIALIZE_TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,8 +26,10 @@ from typing import Final
 
 from bir import __version__
 from bir.core import config
+from bir.core.exits import EXIT_SPAWN_FAILED
 from bir.core.framing import NEED_DATA, LineSplitter, LineTooLong
 from bir.core.log import log_event
+from bir.core.truncate import one_line
 
 PROTOCOL_VERSION: Final = "2025-06-18"
 INITIALIZE_TIMEOUT_S: Final = 30.0
@@ -66,6 +74,11 @@ class ProxyHost:
             raise HostSessionError(f"--wrap {self.name}: {exc}") from None
         if not upstream:
             raise HostSessionError(f"--wrap {self.name}: the command is empty")
+        if shutil.which(upstream[0], path=self._env.get("PATH")) is None:
+            raise HostSessionError(
+                f"--wrap {self.name}: there is no command {upstream[0]!r} (not on PATH, or not executable); "
+                "nothing was started"
+            )
         argv = [
             sys.executable,
             "-m",
@@ -86,6 +99,8 @@ class ProxyHost:
                 stderr=log_fd,  # None: ours; else the log file, for the proxy and the upstream it starts
                 env=self._env,
                 cwd=str(self._project),
+                # Its own session: a terminal's Ctrl-C stops bir replay, which then stops the proxy itself.
+                start_new_session=True,
             )
         except OSError as exc:
             raise HostSessionError(f"--wrap {self.name}: cannot start bir-proxy: {exc.strerror or exc}") from None
@@ -110,9 +125,18 @@ class ProxyHost:
         try:
             result = await asyncio.wait_for(asyncio.shield(self._initialized), INITIALIZE_TIMEOUT_S)
         except TimeoutError:
-            raise HostSessionError(f"{self.name} did not answer initialize within {INITIALIZE_TIMEOUT_S:g} s") from None
+            # Nobody waits for it any more: a late failure must not be left unretrieved on the loop.
+            self._initialized.cancel()
+            raise HostSessionError(
+                f"--wrap {self.name}: `{self.command}` did not answer MCP's initialize within "
+                f"{INITIALIZE_TIMEOUT_S:g} s, so it is not a stdio MCP server (or it never finished starting)"
+                f"{self._see_log()}"
+            ) from None
         self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return result
+
+    def _see_log(self) -> str:
+        return f"; its own messages are in {self._log_path}" if self._log_path is not None else ""
 
     def _open_log(self) -> int | None:
         """An append-only descriptor on ``log_path`` (0600), or None to leave the proxy our stderr.
@@ -155,9 +179,27 @@ class ProxyHost:
             # Its stdout closed: give it a moment to exit, so the error can say with what code.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._process.wait(), STOP_STEP_S)
-            self._initialized.set_exception(
-                HostSessionError(f"{self.name}: the proxy exited before initializing (code {self._process.returncode})")
-            )
+            self._initialized.set_exception(HostSessionError(self._exited_words(self._process.returncode)))
+
+    def _exited_words(self, code: int | None) -> str:
+        head = f"--wrap {self.name}: `{self.command}`"
+        if code == EXIT_SPAWN_FAILED:
+            what = "could not be started (not found, or not executable)"
+        elif code is not None and code < 0:
+            what = f"was killed by signal {-code} before the MCP handshake"
+        else:
+            what = f"exited before the MCP handshake (exit code {code}), so it is not a stdio MCP server"
+        return f"{head} {what}{self._see_log()}"
+
+    def _refused_words(self, message: Mapping[str, object]) -> str:
+        error = message.get("error")
+        text = error.get("message") if isinstance(error, dict) else None
+        head = f"--wrap {self.name}: `{self.command}`"
+        if isinstance(text, str) and text.startswith("upstream exited"):
+            why = one_line(text, 120)
+            return f"{head} exited before it answered MCP's initialize ({why}), so it is not a stdio MCP server"
+        what = f"an error ({one_line(text, 200)})" if isinstance(text, str) else "something that is not an MCP result"
+        return f"{head} answered MCP's initialize with {what}, so it is not a stdio MCP server bir can use"
 
     def _handle(self, line: bytes) -> None:
         try:
@@ -170,7 +212,7 @@ class ProxyHost:
             if isinstance(message.get("result"), dict):
                 self._initialized.set_result(message["result"])
             else:
-                self._initialized.set_exception(HostSessionError(f"{self.name}: initialize failed: {line[:300]!r}"))
+                self._initialized.set_exception(HostSessionError(self._refused_words(message)))
         elif "method" in message and "id" in message:
             # A request from the server (ping, roots/list…): a host that has nothing to offer says so.
             reply: dict[str, object] = {"jsonrpc": "2.0", "id": message["id"]}
