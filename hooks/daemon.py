@@ -4,7 +4,8 @@
 client, the evaluator pool, the outbox, the recorder, the controller) and then the server with the
 controller as its handler, so nothing is attached after construction and the server never imports
 the session. ``main`` is the console script: it takes the project's lock, publishes the discovery
-file, serves until SIGTERM or SIGINT, and removes the file on the way out.
+file, serves until SIGTERM or SIGINT, or until nothing has used it for ``BIR_CONTROL_IDLE_MS`` (no hook,
+no proxy polling, no ``bir`` server: the next hook revives it), and removes the file on the way out.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ async def _sweep_bundles(every_s: float) -> None:
         await asyncio.sleep(every_s)
 
 
+# How often an idle server looks at its clock, at most (it looks sooner when the idle time is due sooner).
+IDLE_CHECK_S: Final = 5.0
+
+
 @dataclass(frozen=True)
 class LiveSession:
     """A started control server and the controller that answers its hooks."""
@@ -91,7 +96,7 @@ async def live_session(
             wrapped=wrapped,
             pool=pool,
             service=service,
-            recorder=Recorder(outbox, service.configured),
+            recorder=Recorder(outbox, lambda: service.configured),
             reports=outbox,
             switches=switches or read_switches(project),
             delivery_live=hellos.delivery_tool_live,
@@ -178,17 +183,32 @@ async def _serve(project: Path, port: int, *, quiet_if_running: bool = False) ->
         os.close(lock)
 
 
+async def until_stopped_or_idle(stop: asyncio.Event, server: ControlServer, idle_s: float | None) -> bool:
+    """Wait for ``stop``, or for ``server`` to go unused for ``idle_s`` (None: never); True when it went idle."""
+    while True:
+        wait = None if idle_s is None else min(IDLE_CHECK_S, max(0.05, idle_s - server.idle_s()))
+        try:
+            await asyncio.wait_for(stop.wait(), wait)
+            return False
+        except TimeoutError:
+            pass
+        if idle_s is not None and server.idle_s() >= idle_s:
+            return True
+
+
 async def _serve_locked(project: Path, port: int) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    idle_ms = config.require_int("BIR_CONTROL_IDLE_MS")
     try:
         async with live_session(project, port=port) as live:
             try:
                 path = write_discovery(live.server.discovery(project))
                 log_event("control.published", path=str(path), project=str(project), url=live.server.url)
-                await stop.wait()
+                if await until_stopped_or_idle(stop, live.server, idle_ms / 1000 if idle_ms else None):
+                    log_event("control.idle_exit", project=str(project), idle_ms=idle_ms)
             finally:
                 remove_discovery(project, pid=os.getpid())
     finally:

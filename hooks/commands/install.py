@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from bir.core import atomic, config, installed
-from bir.core.exits import EXIT_FAILED, EXIT_OK
+from bir.core.exits import EXIT_OK
 from bir.core.paths import backups_dir, resolve_project
 from bir.hooks import api
-from bir.hooks.commands.result import Subparsers, add_command, json_flag, project_flag
+from bir.hooks.commands.result import CommandError, Subparsers, add_command, json_flag, project_flag, write_json
 
 # Event → (hook timeout in seconds written for it, whether it takes a tool matcher): spec §10, from the
 # control plane's one table of hook routes.
@@ -809,9 +809,9 @@ def add_parser(sub: Subparsers) -> None:
         ),
         (
             "uninstall",
-            "take bir out of a project, restoring what install changed",
-            "only turn replay off",
-            ["bir uninstall", "bir uninstall --replay"],
+            "take bir out of a project, restoring what install changed, and stop its control server",
+            "only turn replay off (the hooks, the proxies and the control server stay)",
+            ["bir uninstall --replay", "bir uninstall"],
         ),
     ):
         cmd = add_command(sub, name, helptext, examples)
@@ -829,15 +829,34 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``bir install`` or ``bir uninstall``."""
+    """Run ``bir install`` or ``bir uninstall``.
+
+    Raises:
+        CommandError: a file could not be read or written (nothing changed), or bir is not installed there.
+    """
+    from bir.hooks.commands.switches import stop_server
+
     try:
         if args.command == "install":
             change = install(args.project, replay=args.replay, exes=find_executables(), mcp_hooks=args.mcp_hooks)
         else:
             change = uninstall(args.project, replay_only=args.replay)
     except InstallError as exc:
-        sys.stderr.write(f"bir {args.command}: {exc}\n")
-        return EXIT_FAILED
-    text = json.dumps(change.to_json(), indent=2) if args.json else describe(change)
-    sys.stdout.write(text + "\n")
+        raise CommandError(str(exc)) from None
+    doc = change.to_json()
+    text = describe(change)
+    if args.command == "uninstall" and not args.replay:
+        # Nothing is installed to use it any more: a server left running would hold its V8 workers for nothing.
+        try:
+            stopped = stop_server(Path(change.project))
+        except CommandError as exc:
+            stopped, text = None, f"{text}\n  warning: its control server was not stopped: {exc}"
+            doc["warnings"] = [f"its control server was not stopped: {exc}"]
+        if stopped is not None:
+            text += f"\n  Stopped its control server (pid {stopped.pid})."
+        doc["stoppedServer"] = None if stopped is None else stopped.pid
+    if args.json:
+        write_json(doc, sys.stdout)
+    else:
+        sys.stdout.write(text + "\n")
     return EXIT_OK
