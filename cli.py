@@ -78,8 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``bir``; answer its exit status (see ``REPLAY_EXIT_CODES``)."""
     words = list(sys.argv[1:] if argv is None else argv)
     as_json = wants_json(words)
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(words)
+        args, extra = parser.parse_known_args(words)
+        if extra:
+            # Said by the (sub)command they were given to, with its usage, not by `bir` itself.
+            raise UsageError(getattr(args, "command_parser", parser), f"unrecognized arguments: {' '.join(extra)}")
     except UsageError as exc:
         return _usage(exc, as_json)
     as_json = bool(getattr(args, "json", False))

@@ -28,7 +28,12 @@ def add_parser(sub: Subparsers) -> None:
         targets,
         "eval",
         "the evaluator pool against the in-process floor, or one scenario's bodies (--scenario)",
-        ["bir bench eval --quick", "bir bench eval --scenario fleet-direct --quick"],
+        [
+            "bir bench eval --quick",
+            'bir replay --scenario fleet-direct --prompt "the riskiest device in eu-west-1" --param region=eu-west-1 '
+            "--wrap fleet='python -m bir.examples.fleet_server' --json > run.json",
+            "bir bench eval --scenario fleet-direct --outputs run.json --quick",
+        ],
         BENCH_EXIT_CODES,
     )
     ev.add_argument("--quick", action="store_true", help="fewer iterations (about 20 s)")

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,15 +185,21 @@ async def _serve(project: Path, port: int, *, quiet_if_running: bool = False) ->
 
 
 async def until_stopped_or_idle(stop: asyncio.Event, server: ControlServer, idle_s: float | None) -> bool:
-    """Wait for ``stop``, or for ``server`` to go unused for ``idle_s`` (None: never); True when it went idle."""
+    """Wait for ``stop``, or for ``server`` to go unused for ``idle_s`` (None: never), counted from now at the
+    earliest (the server is published now; nobody could use it before); True when it went idle."""
+    since = time.monotonic()
+
+    def idle() -> float:
+        return min(server.idle_s(), time.monotonic() - since)
+
     while True:
-        wait = None if idle_s is None else min(IDLE_CHECK_S, max(0.05, idle_s - server.idle_s()))
+        wait = None if idle_s is None else min(IDLE_CHECK_S, max(0.05, idle_s - idle()))
         try:
             await asyncio.wait_for(stop.wait(), wait)
             return False
         except TimeoutError:
             pass
-        if idle_s is not None and server.idle_s() >= idle_s:
+        if idle_s is not None and idle() >= idle_s:
             return True
 
 

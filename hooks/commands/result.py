@@ -121,8 +121,8 @@ def add_command(
         epilog=f"{label}:\n{shown}\n\n{codes}\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    # What a refusal or a usage error calls the command ("bir bench eval", "bir login").
-    parser.set_defaults(command_name=parser.prog)
+    # What a refusal or a usage error calls the command ("bir bench eval", "bir login"), and whose usage it shows.
+    parser.set_defaults(command_name=parser.prog, command_parser=parser)
     return parser
 
 
