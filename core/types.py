@@ -8,7 +8,7 @@ names the field, so a caller can decline with a reason instead of crashing a tur
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
@@ -123,11 +123,29 @@ class RecordedStep(_Wire):
     tool_output: Any = Field(default=None, validation_alias=AliasChoices("toolOutput", "tool_output"))
 
 
+# pydantic's words for the shapes a payload most often gets wrong, in the operator's.
+_PLAIN: Final = (
+    ("Input should be a valid dictionary", "expected a JSON object"),
+    ("Input should be a valid list", "expected a JSON list"),
+    ("Input should be a valid string", "expected text"),
+    ("Input should be a valid integer", "expected a whole number"),
+    ("Field required", "missing"),
+)
+
+
+def _plain(message: str) -> str:
+    for prefix, plain in _PLAIN:
+        if message.startswith(prefix):
+            return plain
+    return message
+
+
 def _describe(exc: ValidationError) -> str:
     parts: list[str] = []
     for err in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "(payload)"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        msg = _plain(str(err.get("msg", "invalid")))
+        parts.append(f"{loc}: {msg}" if loc else msg)
     more = exc.error_count() - len(parts)
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
@@ -137,7 +155,7 @@ def _load(data: object) -> object:
         try:
             return json.loads(data)
         except ValueError as exc:
-            raise PayloadError(f"(payload): not JSON ({exc})") from None
+            raise PayloadError(f"not JSON ({exc})") from None
     return data
 
 

@@ -34,6 +34,7 @@ from bir.hooks.commands.install import (
     read_json_file,
 )
 from bir.hooks.commands.probes import Serving, serving
+from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag
 from bir.hooks.commands.status import StatusFacts
 from bir.hooks.commands.status import gather as gather_status
@@ -565,7 +566,9 @@ def add_parser(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bir doctor``; 1 when something is broken."""
-    facts = asyncio.run(gather(args.project))
+    with for_command(args) as progress:
+        progress("looking at the hooks, the servers, the service and the evaluator…")
+        facts = asyncio.run(gather(args.project))
     diagnosis = diagnose(facts)
     if args.json:
         sys.stdout.write(json.dumps(render_json(facts, diagnosis), indent=2, ensure_ascii=False) + "\n")

@@ -18,6 +18,7 @@ from typing import Final, TextIO
 from bir.core import config, credentials
 from bir.core.exits import EXIT_OK, EXIT_USAGE
 from bir.hooks.commands.probes import ServiceCheck, check_service
+from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import CommandError, CommandResult, Subparsers, add_command, json_flag, print_result
 
 MAX_STDIN_TOKEN_BYTES: Final = 16 * 1024
@@ -183,5 +184,9 @@ def run(args: argparse.Namespace) -> int:
         )
     url = login_url(args.url)
     token = read_token(sys.stdin)
-    check = None if args.no_check else asyncio.run(check_service(url, token))
+    check = None
+    if not args.no_check:
+        with for_command(args) as progress:
+            progress(f"checking the token with {url}…")
+            check = asyncio.run(check_service(url, token))
     return print_result(login(url, token, check), args.json, sys.stdout)

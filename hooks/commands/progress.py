@@ -8,6 +8,7 @@ command's own account starts on a clean line.
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 import time
@@ -77,3 +78,9 @@ class Progress:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.clear()
+
+
+def for_command(args: argparse.Namespace) -> Progress:
+    """The progress line of the command ``args`` runs: named after it, and off with ``--json``."""
+    name = getattr(args, "command_name", "bir")
+    return Progress(enabled=False if getattr(args, "json", False) else None, prefix=f"{name}: ")

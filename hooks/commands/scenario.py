@@ -32,6 +32,7 @@ from bir.core.paths import resolve_project
 from bir.core.scenario_api import EDIT_PREFIX, RUN_PREFIX, SCENARIO_PREFIX, Reply, ScenarioApi
 from bir.core.service import ServiceClient, ServiceError
 from bir.core.truncate import one_line
+from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.replay import plan_flags, run_plan
 from bir.hooks.commands.result import REPLAY_EXIT_CODES, add_command, project_flag, verbose_flag
 from bir.hooks.commands.scenario_render import (
@@ -255,7 +256,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         io.refuse("cannot_write", f"cannot write under {config.home()}: {exc}")
         return EXIT_FAILED
     try:
-        return anyio.run(_run, args, io)
+        with for_command(args) as progress:
+            progress("asking the service…")
+            return anyio.run(_run, args, io)
     except UsageError as exc:
         io.refuse("usage", f"{exc} (nothing was sent)")
         return EXIT_USAGE

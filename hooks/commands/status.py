@@ -24,6 +24,7 @@ from bir.core.off_switch import OffState, read_off
 from bir.core.paths import resolve_project
 from bir.hooks import api
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service, control_facts
+from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag, write_json
 from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
 from bir.hooks.commands.term import ago, paint, wants_colour
@@ -341,7 +342,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(render_all(rows) + "\n")
         return EXIT_OK
-    facts = asyncio.run(gather(args.project))
+    with for_command(args) as progress:
+        progress("asking the control server and the service…")
+        facts = asyncio.run(gather(args.project))
     broken = bool(assess(facts))
     if args.json:
         write_json(render_json(facts), sys.stdout)

@@ -26,6 +26,7 @@ from bir.core.exits import EXIT_USAGE
 from bir.core.log import logs_dir
 from bir.core.paths import off_file, pid_alive, project_key, resolve_project, revive_stamp
 from bir.hooks import api, hook_client
+from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import (
     CommandError,
     CommandResult,
@@ -501,10 +502,15 @@ def run(args: argparse.Namespace) -> int:
         result = runner_off()
     elif args.command == "on":
         result = runner_on()
-    elif args.command == "up":
-        result = bring_up(args.project)
-    elif args.all:
-        result = bring_all_down()
     else:
-        result = bring_down(args.project)
+        with for_command(args) as progress:
+            if args.command == "up":
+                progress("starting the control server (its evaluator takes a few seconds)…")
+                result = bring_up(args.project)
+            elif args.all:
+                progress("stopping every control server…")
+                result = bring_all_down()
+            else:
+                progress("stopping the control server…")
+                result = bring_down(args.project)
     return print_result(result, args.json, sys.stdout)

@@ -184,7 +184,9 @@ async def load_scenario(ref: str, service: ServiceClient) -> Scenario:
     try:
         return await service.get_scenario(ref)
     except (ServiceError, PayloadError) as exc:
-        raise ReplayUsageError(f"{ref}: {exc}") from None
+        raise ReplayUsageError(
+            f"{ref}: {exc}; `bir scenario list` shows the scenarios the service has for you"
+        ) from None
 
 
 def refuse_unknown_params(params: Mapping[str, object], scenario: Scenario) -> None:
@@ -278,7 +280,7 @@ async def _wait_served(server: ControlServer, hosts: Sequence[ProxyHost]) -> Non
         missing = [h.name for h in hosts if not server.queue.is_served(h.name)]
         raise HostSessionError(
             f"the proxy for {', '.join(missing)} started but never asked the control server for work within "
-            f"{SERVE_WAIT_S:g} s"
+            f"{SERVE_WAIT_S:g} s; run again with --verbose to see its messages"
         ) from None
 
 
