@@ -81,11 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(words)
-        if extra:
-            # Said by the (sub)command they were given to, with its usage, not by `bir` itself.
-            raise UsageError(getattr(args, "command_parser", parser), f"unrecognized arguments: {' '.join(extra)}")
     except UsageError as exc:
         return _usage(exc, as_json)
+    if extra:
+        # Said by the (sub)command they were given to, with its usage, not by `bir` itself.
+        refused = UsageError(getattr(args, "command_parser", parser), f"unrecognized arguments: {' '.join(extra)}")
+        return _usage(refused, as_json)
     as_json = bool(getattr(args, "json", False))
     name: str = getattr(args, "command_name", f"bir {args.command}")
     run: Callable[[argparse.Namespace], int] = args.run
