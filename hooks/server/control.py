@@ -127,8 +127,9 @@ class ControlServer:
         self._started = time.monotonic()
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
-        self._activity = _Activity(build_app(self))
-        self.app: ASGIApp = self._activity
+        self.app = build_app(self)
+        # Wraps ``app`` as it is when the server starts (a test may wrap the app before that).
+        self._activity: _Activity | None = None
 
     @property
     def replay_enabled(self) -> bool:
@@ -145,7 +146,7 @@ class ControlServer:
     def idle_s(self) -> float:
         """Seconds since a hook, a proxy or ``bir-scenario`` last used the server (``/health`` does not
         count); 0 while one is in flight, such as a proxy's parked poll."""
-        return self._activity.idle_s()
+        return 0.0 if self._activity is None else self._activity.idle_s()
 
     # -- state the routes feed -----------------------------------------------------------------
 
@@ -234,8 +235,9 @@ class ControlServer:
         # option on to accepted sockets.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_host, bound_port = sock.getsockname()[:2]
+        self._activity = _Activity(self.app)
         cfg = uvicorn.Config(
-            self.app,
+            self._activity,
             log_config=None,
             access_log=False,
             lifespan="off",

@@ -58,7 +58,7 @@ def project(tmp_path: Path) -> Path:
 async def control_server(project: Path, wrap: Wrap | None = None) -> AsyncIterator[WatchedControlServer]:
     server = WatchedControlServer()
     if wrap is not None:
-        server.app = wrap(server.app)
+        server.app = wrap(server.app)  # type: ignore[assignment]
     await server.start()
     write_discovery(server.discovery(project))
     try:
