@@ -393,8 +393,9 @@ def _uncompiled_report(run: _Run, failures: Sequence[CompileFailure]) -> ReplayR
         steps=(),
         outcome="refused",
         exit_code=EXIT_FAILED,
-        refusal=f"{len(failures)} of the scenario's bodies do not compile: {shown}{more}. Fix them, then run "
-        "it again (a scenario on the service: bir scenario check).",
+        refusal=f"{len(failures)} of the scenario's bodies {'does' if len(failures) == 1 else 'do'} not compile: "
+        f"{shown}{more}. Fix {'it' if len(failures) == 1 else 'them'}, then run it again (a scenario on the "
+        "service: bir scenario check).",
         refusal_code="does_not_compile",
     )
 
