@@ -17,8 +17,10 @@ import re
 import signal
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from bir.benchmarks.serving import serve_in_thread
@@ -30,8 +32,11 @@ from tests.wheel import WHEEL_TEST_TIMEOUT_S
 pytestmark = pytest.mark.timeout(WHEEL_TEST_TIMEOUT_S + 900)
 
 CHOICES = re.compile(r"\{([a-z][a-z,-]*)\}")
-# Examples that take away what later ones need: they run after all the others, in this order.
-LAST = ("bir logout", "bir uninstall --replay", "bir uninstall")
+# Examples that take away what later ones need run after all the others: signing out (the local service is
+# then the one in use, where the run is recorded too, for the examples that read the local store), then
+# the uninstalls.
+AFTER_LOGOUT = ("bir scenario match", "bir scenario forget", "bir stats")
+LAST = ("bir uninstall --replay", "bir uninstall")
 FOLLOW_S = 3.0
 EXAMPLE_TIMEOUT_S = 300.0
 
@@ -75,32 +80,66 @@ def every_command(demo: Sandbox) -> list[tuple[list[str], list[str]]]:
     return found
 
 
-def seeded_service() -> FakeBaseIn:
-    """The BaseIn service as it is for someone who ran the packaged fleet-direct scenario once."""
+PROMPT = "find the riskiest device in eu-west-1"
+
+
+def recorded_steps() -> list[dict[str, Any]]:
+    """The two tool calls of one run of the fleet-direct scenario, as they were recorded."""
     from bir.examples.fleet_server import device_by_id, list_devices_in
 
-    fake = FakeBaseIn()
-    scenario: dict[str, Any] = json.loads((REPO / "examples" / "scenarios" / "fleet-direct.json").read_text())
-    fake.add_owned_run("run_fleet", scenario)
     rows = list_devices_in("eu-west-1", 200)
     riskiest = max(rows, key=lambda row: row["risk"])
 
-    def text(value: object) -> dict[str, Any]:
-        return {"content": [{"type": "text", "text": json.dumps(value)}], "isError": False}
+    def text(value: object) -> str:
+        return json.dumps({"content": [{"type": "text", "text": json.dumps(value)}], "isError": False})
 
-    fake.add_run(
-        "run_fleet",
-        [
-            {"stepIndex": 0, "toolName": "mcp__fleet__list_devices", "toolOutput": text(rows)},
-            {"stepIndex": 1, "toolName": "mcp__fleet__get_device", "toolOutput": text(device_by_id(riskiest["id"]))},
-        ],
-    )
-    fake.dry_derived["scn_fleet_direct"] = {"region": "eu-west-1"}
+    return [
+        {
+            "stepIndex": 0,
+            "toolName": "mcp__fleet__list_devices",
+            "toolInput": {"region": "eu-west-1", "limit": 200},
+            "toolOutput": text(rows),
+        },
+        {
+            "stepIndex": 1,
+            "toolName": "mcp__fleet__get_device",
+            "toolInput": {"id": riskiest["id"]},
+            "toolOutput": text(device_by_id(riskiest["id"])),
+        },
+    ]
+
+
+def seeded_service() -> FakeBaseIn:
+    """The BaseIn service as it is for someone who ran the packaged fleet-direct scenario once (run_fleet)."""
+    fake = FakeBaseIn()
+    scenario: dict[str, Any] = json.loads((REPO / "examples" / "scenarios" / "fleet-direct.json").read_text())
+    fake.add_owned_run("run_fleet", {**scenario, "id": "scn_fleet"})
+    fake.add_run("run_fleet", recorded_steps())
+    fake.dry_derived["scn_fleet"] = {"region": "eu-west-1"}
     return fake
 
 
+async def record_locally(project: Path) -> None:
+    """The same run, recorded in the local store (as a session on the local service records it)."""
+    from bir.evaluator import EvaluatorPool
+    from bir.hooks.local import local_client
+
+    async with EvaluatorPool(workers=1) as pool, local_client(project=project, pool=pool, load_model=False) as client:
+        assert await client.match("run_fleet", PROMPT, {}) is None
+        for step in recorded_steps():
+            await client.post_step("run_fleet", step)
+        await client.finish_run("run_fleet", {"output": "dev-009 is the riskiest"})
+        status, _ = await client.request(
+            "POST", "/recordings/runs/run_fleet/calculate", route="calculate", json_body={}
+        )
+        assert status in (200, 202)
+
+
 @pytest.fixture
-def signed_in(demo: Sandbox) -> Iterator[FakeBaseIn]:
+def signed_in(demo: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBaseIn]:
+    monkeypatch.setenv("BIR_HOME", str(demo.bir_home))
+    monkeypatch.delenv("BIR_AUTH_URL", raising=False)
+    anyio.run(record_locally, demo.project)
     fake = seeded_service()
     with serve_in_thread(fake.app, fake.releaser) as url:
         fake.url = url
@@ -151,7 +190,10 @@ def test_every_help_example_runs_on_the_demo_fleet_and_exits_as_its_help_says(
     for _, examples in commands:
         lines += [line for line in examples if line not in lines]
     assert all(line.startswith(("bir ", "echo ", "printf ")) for line in lines), lines
-    ordered = [line for line in lines if line not in LAST] + [line for line in LAST if line in lines]
+    late = [line for line in lines if line.startswith(AFTER_LOGOUT)]
+    first = [line for line in lines if line not in (*LAST, *late, "bir logout")]
+    ordered = [*first, "bir logout", *late, *[line for line in LAST if line in lines]]
+    assert sorted(ordered) == sorted(lines)
     env = {"BASEIN_URL": signed_in.url, "BASEIN_TOKEN": signed_in.token}
     failures = []
     for line in ordered:

@@ -53,28 +53,29 @@ from bir.hooks.local.store import StoreError
 MAX_LOGIC_BYTES: Final = 256 * 1024
 _FIX_LOGIN: Final = "sign in again with `bir login`, or set BIR_TOKEN"
 
-# The ids are those of a run of the packaged fleet-direct scenario (`bir replay --list`) on the service.
+# The ids are those of one run of the packaged fleet-direct scenario (`bir replay --list`), run_fleet, whose
+# scenario is scn_fleet: on the BaseIn service, or (match, forget) in the local store.
 _LIMIT_5: Final = "echo 'return { region: params.region, limit: 5 };'"
 EXAMPLES: Final[dict[str, tuple[str, ...]]] = {
     "list": ("bir scenario list",),
     "match": (
-        'bir scenario match "find the riskiest device in eu-west-1"',
-        'bir scenario match "show device dev-009" --json',
+        'bir scenario match "find the riskiest device in us-east-1"',
+        'bir scenario match "find the riskiest device in sa-east-1" --json',
     ),
-    "forget": ("bir scenario forget scn_fleet_direct",),
-    "show": ("bir scenario show run_fleet", "bir scenario show scn_fleet_direct --step 1 --json"),
+    "forget": ("bir scenario forget scn_fleet",),
+    "show": ("bir scenario show run_fleet", "bir scenario show scn_fleet --step 1 --json"),
     "calc": ("bir scenario calc run_fleet",),
     "replay": (
-        'bir scenario replay scn_fleet_direct --prompt "find the riskiest device in eu-west-1" --dry',
-        'bir scenario replay scn_fleet_direct --prompt "the same for us-east-1" --param region=us-east-1 '
+        'bir scenario replay scn_fleet --prompt "find the riskiest device in eu-west-1" --dry',
+        'bir scenario replay scn_fleet --prompt "the same for us-east-1" --param region=us-east-1 '
         "--wrap fleet='python -m bir.examples.fleet_server'",
     ),
-    "check": (f"{_LIMIT_5} | bir scenario check scn_fleet_direct --step 0 --input-logic -",),
-    "edit": (f"{_LIMIT_5} | bir scenario edit scn_fleet_direct --step 0 --input-logic -",),
-    "edits": ("bir scenario edits scn_fleet_direct",),
-    "undo": ("bir scenario undo scn_fleet_direct --step 0",),
+    "check": (f"{_LIMIT_5} | bir scenario check scn_fleet --step 0 --input-logic -",),
+    "edit": (f"{_LIMIT_5} | bir scenario edit scn_fleet --step 0 --input-logic -",),
+    "edits": ("bir scenario edits scn_fleet",),
+    "undo": ("bir scenario undo scn_fleet --step 0",),
     "editing": ("bir scenario editing on",),
-    "investigate": ("bir investigate scn_fleet_direct",),
+    "investigate": ("bir investigate scn_fleet",),
 }
 EXIT_CODES: Final = f"""exit codes:
   {EXIT_OK}    checked OK, saved or undone
@@ -292,7 +293,10 @@ async def _run(args: argparse.Namespace, io: _Io) -> int:
 async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
     """``bir scenario match`` and ``forget``: they read the local store itself (a remote service has neither)."""
     if not wants_local():
-        io.warn("this machine uses a remote service; match and forget work on the local one (BIR_SERVICE=local)")
+        io.refuse(
+            "remote_service",
+            "this machine uses a remote service; match and forget work on the local one (BIR_SERVICE=local)",
+        )
         return EXIT_FAILED
     try:
         async with open_local_service(
@@ -309,7 +313,7 @@ async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
                 return EXIT_OK if removed else EXIT_FAILED
             found = await local.service.explain(args.prompt)
     except StoreError as exc:
-        io.warn(str(exc))
+        io.refuse("store_unusable", str(exc))
         return EXIT_FAILED
     if io.as_json:
         io.json_doc(found)

@@ -245,15 +245,21 @@ def test_where_the_local_service_serves_being_signed_out_is_not_broken() -> None
     remote = doctor.diagnose(doctor_facts(None, signed_in=False, serving="none"))
     local = doctor.diagnose(doctor_facts(None, signed_in=False, serving="local"))
     assert any(f.topic == "derive" and f.level == "broken" for f in remote.findings)
-    assert local.deriver == "the local service"
-    assert [f.level for f in local.findings if f.topic in ("derive", "service")] == ["ok"]
+    assert local.deriver == "the service"
+    assert not [f for f in local.findings if f.topic == "derive"]
 
 
-def test_today_no_service_url_means_no_service_serves() -> None:
+def test_which_service_serves_is_the_local_one_unless_a_url_or_bir_service_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from bir.hooks.commands.probes import serving
 
-    assert serving(credentials.Effective(None, None, "none", "none")) == "none"
-    assert serving(credentials.Effective("https://svc", "t", "stored", "stored")) == "remote"
+    signed_out = credentials.Effective(None, None, "none", "none")
+    assert serving(signed_out) == "local"
+    monkeypatch.setenv("BIR_SERVICE", "remote")
+    assert serving(signed_out) == "none"
+    monkeypatch.setenv("BIR_AUTH_URL", "https://svc")
+    assert serving(credentials.Effective("https://svc", "t", "environment", "environment")) == "remote"
 
 
 def test_a_bad_bir_value_is_one_finding_among_the_others_not_a_refusal_to_look(
