@@ -42,8 +42,11 @@ def claude_env(case_home: Path, case_tmp: Path, api_url: str, extra: Mapping[str
         "DISABLE_ERROR_REPORTING": "1",
         # MCP tools in tools[] on 2.1.332 instead of deferred behind ToolSearch.
         "ENABLE_TOOL_SEARCH": "false",
-        # Wait for the MCP servers before the first model request (see the module's doc).
+        # Wait for the MCP servers before the first model request (see the module's doc), and for up to
+        # 30 s rather than Claude Code's 5 s (both versions): on a loaded machine a Python MCP server that
+        # imports the SDK takes longer than 5 s to answer initialize.
         "MCP_CONNECTION_NONBLOCKING": "false",
+        "MCP_CONNECT_TIMEOUT_MS": "30000",
     }
     if "BIR_HOME" in os.environ:
         env["BIR_HOME"] = os.environ["BIR_HOME"]

@@ -14,6 +14,15 @@ For each body of ``bir.benchmarks.corpus`` and for their mix it measures:
 and the ratios between them, against the goals of issue 10: on the mix, p50 within 1.5× of the floor's,
 p99 within 1.5× of the floor's p99, and two workers at least 1.9× one worker's throughput (0.95× per
 worker). The goals are reported, not enforced: the command fails only when it could not measure.
+
+Besides (full mode, or whatever ``Counts`` asks for):
+
+- **recycling**: the pool at the default ``BIR_LOGIC_MAX_JOBS`` and at a budget of ``SMALL_MAX_JOBS``
+  (shorter than a worker's start at full speed), each under sequential and saturated load: jobs past
+  budget, holds at the margin, jobs that waited on a start and how long, the most jobs one worker ran;
+- **walls**: what the kernel's walls (``bir.evaluator.walls``) cost: a worker's start, spawn to
+  handshake, with and without them, taken in turn; and the mix's sequential latency in a one-worker
+  pool with and without them, in alternating rounds.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -40,6 +50,8 @@ from bir.core import config
 from bir.core.errors import LogicError
 from bir.evaluator.bench_floor import FloorCase, FloorReply, FloorRequest
 from bir.evaluator.pool import EvaluatorPool
+from bir.evaluator.process import WorkerEvents, WorkerProcess
+from bir.evaluator.wire import Codec, Hello
 from bir.hooks.commands.result import print_refusal
 
 REPORT_VERSION: Final = 1
@@ -52,12 +64,15 @@ GOAL_P99_RATIO: Final = 1.5
 GOAL_SCALING_PER_WORKER: Final = 0.95  # two workers at least 1.9× one
 # One worker's throughput and all workers' are taken in this many alternating rounds.
 THROUGHPUT_ROUNDS: Final = 4
+# A budget a saturated pool serves faster than a worker starts: where the margin (and holds) show.
+SMALL_MAX_JOBS: Final = 100
+WALLS_ROUNDS: Final = 6
 
 
 @dataclass(frozen=True, slots=True)
 class Counts:
-    """How many calls each measurement makes. ``recycle_calls`` and ``quickjs_calls`` at 0 skip
-    the run with the default ``max_jobs`` and the QuickJS line."""
+    """How many calls each measurement makes. ``recycle_calls``, ``quickjs_calls`` and ``walls_starts``
+    at 0 skip the recycling runs, the QuickJS line and the walls' costs."""
 
     warmup: int
     sequential: int
@@ -65,13 +80,29 @@ class Counts:
     callers_per_worker: int
     recycle_calls: int
     quickjs_calls: int
+    walls_starts: int = 0
+    walls_calls: int = 0
 
 
 QUICK: Final = Counts(
-    warmup=100, sequential=500, throughput=600, callers_per_worker=4, recycle_calls=0, quickjs_calls=0
+    warmup=100,
+    sequential=500,
+    throughput=600,
+    callers_per_worker=4,
+    recycle_calls=0,
+    quickjs_calls=0,
+    walls_starts=4,
+    walls_calls=600,
 )
 FULL: Final = Counts(
-    warmup=100, sequential=3000, throughput=4000, callers_per_worker=4, recycle_calls=6000, quickjs_calls=300
+    warmup=100,
+    sequential=3000,
+    throughput=4000,
+    callers_per_worker=4,
+    recycle_calls=6000,
+    quickjs_calls=300,
+    walls_starts=12,
+    walls_calls=3000,
 )
 
 _Call = tuple[str, str, tuple[object, ...]]
@@ -153,7 +184,8 @@ def measure(counts: Counts, *, mode: str, progress: Callable[[str], None] = lamb
     report["case_p50_ratio_geomean"] = _geomean(
         [row["ratios"]["p50_vs_floor"] for name, row in report["cases"].items() if name != MIX]
     )
-    report["default_max_jobs"] = pools["default_max_jobs"]
+    report["recycling"] = pools["recycling"]
+    report["walls"] = pools["walls"]
     report["quickjs"] = pools["quickjs"]
     report["pool_stats"] = pools["stats"]
     report["duration_s"] = round(time.monotonic() - started, 1)
@@ -244,22 +276,20 @@ async def _measure_pools(
         stats["one_worker"] = pool.stats().as_dict()
         stats["all_workers"] = pool_all.stats().as_dict()
 
-    default_run: dict[str, Any] | None = None
+    recycling: list[dict[str, Any]] | None = None
     if counts.recycle_calls > 0:
-        progress(f"one worker at the default max_jobs, {counts.recycle_calls} calls…")
-        async with EvaluatorPool(workers=1, engine="v8") as pool:
-            await _sequential(pool, calls[MIX], counts.warmup)
-            samples = await _sequential(pool, calls[MIX], counts.recycle_calls)
-            pool_stats = pool.stats()
-            default_run = {
-                "max_jobs": pool.max_jobs,
-                **_latency(samples),
-                "recycled": pool_stats.recycled,
-                "cold_waits": pool_stats.cold_waits,
-                "past_budget": pool_stats.past_budget,
-                "spawn_waits": pool_stats.spawn_waits,
-            }
-            stats["default_max_jobs"] = pool_stats.as_dict()
+        recycling = []
+        for max_jobs in (config.require_int("BIR_LOGIC_MAX_JOBS"), SMALL_MAX_JOBS):
+            for load in ("sequential", "saturated"):
+                progress(f"recycling at max_jobs {max_jobs}, {load}…")
+                row, pool_stats = await _recycling(calls[MIX], counts, workers, max_jobs, load)
+                recycling.append(row)
+                stats[f"recycling_{max_jobs}_{load}"] = pool_stats
+
+    walls_cost: dict[str, Any] | None = None
+    if counts.walls_starts > 0:
+        progress(f"the kernel's walls, {counts.walls_starts} worker starts with and without…")
+        walls_cost = await _walls_cost(calls[MIX], counts)
 
     quickjs: dict[str, Any] | None = None
     if counts.quickjs_calls > 0:
@@ -269,7 +299,115 @@ async def _measure_pools(
             quickjs = _latency(await _sequential(pool, calls[MIX], counts.quickjs_calls))
             stats["quickjs"] = pool.stats().as_dict()
 
-    return {"one": one, "all": every, "default_max_jobs": default_run, "quickjs": quickjs, "stats": stats}
+    return {
+        "one": one,
+        "all": every,
+        "recycling": recycling,
+        "walls": walls_cost,
+        "quickjs": quickjs,
+        "stats": stats,
+    }
+
+
+async def _recycling(
+    batch: Sequence[_Call], counts: Counts, workers: int, max_jobs: int, load: str
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """One pool at ``max_jobs`` under ``load`` ("sequential": one caller; "saturated": four callers a
+    worker): its latency or throughput, and how its recycling went."""
+    async with EvaluatorPool(workers=workers, max_jobs=max_jobs, engine="v8") as pool:
+        await _sequential(pool, batch, counts.warmup)
+        row: dict[str, Any] = {"max_jobs": max_jobs, "margin": pool.margin, "workers": workers, "load": load}
+        if load == "sequential":
+            row |= _latency(await _sequential(pool, batch, counts.recycle_calls))
+        else:
+            callers = counts.callers_per_worker * workers
+            row |= {
+                "calls": counts.recycle_calls,
+                "callers": callers,
+                "calls_per_s": await _saturate(pool, batch, counts.recycle_calls, callers),
+            }
+        s = pool.stats()
+        row |= {
+            "recycled": s.recycled,
+            "past_budget": s.past_budget,
+            "holds": s.holds,
+            "most_jobs_per_worker": s.most_jobs_per_worker,
+            "job_limit": math.floor((max_jobs + max_jobs // 10) * pool.margin),
+            "spawn_waits": s.spawn_waits,
+            "spawn_wait_ms_max": round(s.spawn_wait_us_max / 1000, 1),
+            "cold_waits": s.cold_waits,
+        }
+        return row, s.as_dict()
+
+
+async def _walls_cost(batch: Sequence[_Call], counts: Counts) -> dict[str, Any]:
+    """What the walls cost: worker starts with and without them, taken in turn, and the mix's sequential
+    latency in a one-worker pool with and without them, in alternating rounds."""
+    starts: dict[str, list[int]] = {"on": [], "off": []}
+    raising: list[int] = []  # what raising the walls took inside each walled worker, in ns
+    warming: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="bir-bench-walls-") as cwd:
+        for _ in range(counts.walls_starts):
+            for mode in ("on", "off"):
+                took, hello = await _time_start(cwd, walls=mode == "on")
+                starts[mode].append(took)
+                if mode == "on":
+                    raising.append(hello.walls_us * 1000)
+                    warming.append(hello.warm_up_us * 1000)
+    samples: dict[str, list[int]] = {"on": [], "off": []}
+    async with (
+        EvaluatorPool(workers=1, max_jobs=BENCH_MAX_JOBS, engine="v8", walls=True) as walled,
+        EvaluatorPool(workers=1, max_jobs=BENCH_MAX_JOBS, engine="v8", walls=False) as bare,
+    ):
+        state = walled.walls
+        for pool in (walled, bare):
+            await _sequential(pool, batch, counts.warmup)
+        rounds = max(1, min(WALLS_ROUNDS, counts.walls_calls))
+        for r in range(rounds):
+            share = counts.walls_calls // rounds + (1 if r < counts.walls_calls % rounds else 0)
+            for mode, pool in (("on", walled), ("off", bare)):
+                samples[mode] += await _sequential(pool, batch, share)
+    start_ms = {mode: _start_summary(values) for mode, values in starts.items()}
+    mix = {mode: _latency(values) for mode, values in samples.items()}
+    return {
+        "state": state,
+        "start_ms": start_ms,
+        "in_worker_ms": {"raise_walls": _start_summary(raising), "warm_up": _start_summary(warming)},
+        "mix": mix,
+        "ratios": {
+            "start_p50_on_vs_off": _ratio(start_ms["on"]["p50"], start_ms["off"]["p50"]),
+            "mix_p50_on_vs_off": _ratio(mix["on"]["p50_us"], mix["off"]["p50_us"]),
+            "mix_p99_on_vs_off": _ratio(mix["on"]["p99_us"], mix["off"]["p99_us"]),
+        },
+    }
+
+
+async def _time_start(cwd: str, *, walls: bool) -> tuple[int, Hello]:
+    """One worker's start, spawn to handshake, in ns, and its handshake; the worker is then stopped."""
+    worker = WorkerProcess(
+        WorkerEvents(), engine="v8", memory_mb=config.require_int("BIR_LOGIC_MEMORY_MB"), cwd=cwd,
+        job_budget=BENCH_MAX_JOBS, codec=Codec(), walls=walls,
+    )  # fmt: skip
+    started = time.perf_counter_ns()
+    try:
+        hello = await worker.start(60.0)
+        return time.perf_counter_ns() - started, hello
+    finally:
+        worker.shutdown()
+        try:
+            await asyncio.wait_for(worker.exited.wait(), 10.0)
+        except TimeoutError:
+            worker.kill("bench")
+            await worker.exited.wait()
+
+
+def _start_summary(samples_ns: Sequence[int]) -> dict[str, float]:
+    ordered = sorted(samples_ns)
+    return {
+        "starts": len(ordered),
+        "p50": round(percentile(ordered, 0.5) / 1e6, 2) if ordered else 0.0,
+        "max": round(ordered[-1] / 1e6, 2) if ordered else 0.0,
+    }
 
 
 async def _sequential(pool: EvaluatorPool, batch: Sequence[_Call], n: int) -> list[int]:
@@ -455,13 +593,42 @@ def render_table(report: dict[str, Any]) -> str:
     geomean = report.get("case_p50_ratio_geomean")
     if geomean is not None:
         lines.append(f"  (per-case p50 pool/floor ratios, geometric mean: {geomean:g}×)")
-    recycle = report["default_max_jobs"]
-    if recycle is not None:
+    recycling = report["recycling"]
+    if recycling is not None:
+        lines.append("recycling (mix, v8):")
+        for row in recycling:
+            if row["load"] == "sequential":
+                speed = f"p50 {row['p50_us']:.1f} µs, p99 {row['p99_us']:.1f} µs"
+            else:
+                speed = f"{row['calls_per_s']:.0f} calls/s with {row['callers']} callers"
+            lines.append(
+                f"  max_jobs {row['max_jobs']}, {row['workers']} workers, {row['load']}: {speed}; "
+                f"recycled {row['recycled']}, jobs past budget {row['past_budget']}, holds {row['holds']}, "
+                f"most jobs a worker ran {row['most_jobs_per_worker']} (limit {row['job_limit']}), "
+                f"jobs that waited on a start {row['spawn_waits']} (longest {row['spawn_wait_ms_max']:.1f} ms), "
+                f"cold waits {row['cold_waits']}"
+            )
+    walls_cost = report["walls"]
+    if walls_cost is not None:
+        on, off = walls_cost["start_ms"]["on"], walls_cost["start_ms"]["off"]
+        mix_on, mix_off = walls_cost["mix"]["on"], walls_cost["mix"]["off"]
+        ratios = walls_cost["ratios"]
+        lines.append("walls (" + ", ".join(f"{k} {v.split(':')[0]}" for k, v in walls_cost["state"].items()) + "):")
         lines.append(
-            f"default max_jobs ({recycle['max_jobs']}), 1 worker, mix: p50 {recycle['p50_us']:.1f} µs, "
-            f"p99 {recycle['p99_us']:.1f} µs over {recycle['calls']} calls; recycled {recycle['recycled']}, "
-            f"cold waits {recycle['cold_waits']}, jobs past budget {recycle['past_budget']}, "
-            f"jobs that waited on a start {recycle['spawn_waits']}"
+            f"  a worker's start, p50 (max) over {on['starts']}: {on['p50']:.1f} ms ({on['max']:.1f}) with, "
+            f"{off['p50']:.1f} ms ({off['max']:.1f}) without: {_times(ratios['start_p50_on_vs_off'])}×"
+        )
+        inside = walls_cost["in_worker_ms"]
+        lines.append(
+            f"  inside a walled worker, p50 (max): raising the walls {inside['raise_walls']['p50']:.2f} ms "
+            f"({inside['raise_walls']['max']:.2f}), the warm-up jobs before them {inside['warm_up']['p50']:.2f} ms "
+            f"({inside['warm_up']['max']:.2f}; with or without the walls)"
+        )
+        lines.append(
+            f"  mix, 1 worker, sequential, {mix_on['calls']} calls each: p50 {mix_on['p50_us']:.1f} µs with, "
+            f"{mix_off['p50_us']:.1f} µs without ({_times(ratios['mix_p50_on_vs_off'])}×); "
+            f"p99 {mix_on['p99_us']:.1f} µs with, {mix_off['p99_us']:.1f} µs without "
+            f"({_times(ratios['mix_p99_on_vs_off'])}×)"
         )
     quickjs = report["quickjs"]
     if quickjs is not None:

@@ -11,6 +11,16 @@ both) or a callable that receives the request and returns one, so a test can bui
 from what came back (``request.tool_result_text(...)``). When the script runs out, the model answers a
 final text turn. A callable that raises does not take the session down: the model answers a text turn
 naming the failure, and the exception is kept in ``failures`` for the test to assert on.
+
+Forced tool use is answered as the real API answers it (platform.claude.com, "Tool use" → "Forcing
+tool use"): under ``tool_choice`` ``{"type": "tool", "name": N}`` or ``{"type": "any"}`` the API
+prefills the assistant turn with a call, so the message holds ``tool_use`` blocks only (no text before
+them, even when asked for), ``{"type": "tool_use", "id": "toolu_…", "name": N, "input": {…}}`` with
+``input`` a parsed object, and ``stop_reason`` is ``"tool_use"``; ``disable_parallel_tool_use: true``
+leaves exactly one. The scripted turn's text is dropped and its calls are kept (only those to ``N``).
+A script whose turn calls nothing it may is the test's mistake: the call is made with ``{}`` and the
+mismatch is kept in ``failures``. A ``tool_choice`` naming a tool that ``tools`` does not offer, or
+forcing a call with no tools at all, is the real API's ``400 invalid_request_error`` (wording ours).
 """
 
 from __future__ import annotations
@@ -91,6 +101,11 @@ class ApiRequest:
         """The names offered in ``tools[]``."""
         tools = self.body.get("tools") if isinstance(self.body, dict) else None
         return [t["name"] for t in tools or [] if isinstance(t, dict) and "name" in t]
+
+    def tool_choice(self) -> dict[str, Any] | None:
+        """The ``tool_choice`` when it forces a call (type ``any`` or ``tool``); None when text may answer."""
+        choice = self.body.get("tool_choice") if isinstance(self.body, dict) else None
+        return choice if isinstance(choice, dict) and choice.get("type") in ("any", "tool") else None
 
     def tool_results(self) -> dict[str, dict[str, Any]]:
         """Every tool_result block in the conversation, by ``tool_use_id``."""
@@ -201,10 +216,13 @@ class FakeMessagesApi:
         if not isinstance(seen.body, dict) or not isinstance(seen.body.get("messages"), list):
             error = {"type": "invalid_request_error", "message": "messages: a list is required"}
             return JSONResponse({"type": "error", "error": error}, status_code=400)
+        refused = _tool_choice_refused(seen)
+        if refused is not None:
+            return refused
         with self._lock:
             self.requests.append(seen)
             step = self.script.pop(0) if self.script else say(self.final_text)
-        turn = self._resolve(step, seen)
+        turn = self._obeying_tool_choice(self._resolve(step, seen), seen)
         message = self._message(turn, seen)
         headers = {"request-id": f"req_fake_{message['id'][9:]}"}
         if seen.body.get("stream"):
@@ -222,6 +240,23 @@ class FakeMessagesApi:
             with self._lock:
                 self.failures.append(exc)
             return say(f"the fake model's script failed: {exc!r}")
+
+    def _obeying_tool_choice(self, turn: Turn, request: ApiRequest) -> Turn:
+        choice = request.tool_choice()
+        if choice is None:
+            return turn
+        name = choice.get("name") if choice["type"] == "tool" else None
+        kept = tuple(c for c in turn.calls if name is None or c.name == name)
+        if not kept:
+            # A real model cannot decline a forced call; a script that does is kept for the test to see.
+            wanted = name or request.tool_names()[0]
+            called = [c.name for c in turn.calls]
+            with self._lock:
+                self.failures.append(ValueError(f"tool_choice forces {wanted}; the script's turn calls {called}"))
+            kept = (ToolCall(wanted, {}),)
+        if choice.get("disable_parallel_tool_use") is True:
+            kept = kept[:1]
+        return Turn(calls=kept)
 
     def _message(self, turn: Turn, request: ApiRequest) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
@@ -247,6 +282,21 @@ class FakeMessagesApi:
                 "service_tier": "standard",
             },
         }
+
+
+def _tool_choice_refused(request: ApiRequest) -> Response | None:
+    """The real API's 400 for a forced call it cannot make, or None."""
+    choice = request.tool_choice()
+    offered = request.tool_names()
+    if choice is None:
+        return None
+    if not offered:
+        message = "tool_choice: a forced call needs tools"
+    elif choice["type"] == "tool" and choice.get("name") not in offered:
+        message = f"tool_choice: no tool named {choice.get('name')!r} is in tools"
+    else:
+        return None
+    return JSONResponse({"type": "error", "error": {"type": "invalid_request_error", "message": message}}, 400)
 
 
 def _input_tokens(request: ApiRequest) -> int:

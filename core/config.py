@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final, Literal, NamedTuple
 
+from bir.core.secret_values import register_secret_variables
+
 # No dataclasses and no logging on import: `bir-hook` imports this module at every tool call, and
 # `dataclasses` (with `inspect`) and the logger cost it milliseconds each (see `bir bench pin`).
 
@@ -64,6 +66,22 @@ _VARS: tuple[Variable, ...] = (
         "Jobs a worker runs before it is replaced (with up to 10% jitter).",
         ceiling=1_000_000,
         floor=1,
+    ),
+    Variable(
+        "BIR_LOGIC_BUDGET_MARGIN",
+        "float",
+        2.0,
+        "Most jobs a worker runs, as a multiple of its BIR_LOGIC_MAX_JOBS budget, while its replacement is "
+        "still starting; past it the worker's next job waits for the replacement.",
+        ceiling=100.0,
+        floor=1.0,
+    ),
+    Variable(
+        "BIR_LOGIC_WALLS",
+        "flag",
+        True,
+        "`0` starts the evaluator's workers without the kernel's walls (Landlock, seccomp, no_new_privs): "
+        "for diagnosis only.",
     ),
     Variable(
         "BIR_LOGIC_QUEUE",
@@ -262,6 +280,7 @@ _VARS: tuple[Variable, ...] = (
 
 VARIABLES: Mapping[str, Variable] = {v.name: v for v in _VARS}
 SECRETS: frozenset[str] = frozenset(v.name for v in _VARS if v.secret)
+register_secret_variables(SECRETS)
 
 _clamped_lock = _thread.allocate_lock()
 _clamped_logged: set[tuple[str, str]] = set()
@@ -437,8 +456,10 @@ class Setting(NamedTuple):
 def settings(env: Mapping[str, str] | None = None) -> list[Setting]:
     """Every variable as ``bir config`` shows it; a value bir cannot use is shown with its error.
 
-    Secrets are never shown, only whether they are set.
+    Secrets are never shown, only whether they are set, and a URL never with its userinfo.
     """
+    from bir.core.urls import hide_userinfo
+
     rows: list[Setting] = []
     for var in _VARS:
         raw = _raw(var.name, env)
@@ -455,7 +476,7 @@ def settings(env: Mapping[str, str] | None = None) -> list[Setting]:
             shown = f"invalid: {exc}"
         else:
             shown = ",".join(value) if isinstance(value, tuple) else str(value)
-        rows.append(Setting(var.name, shown, default, "environment"))
+        rows.append(Setting(var.name, hide_userinfo(shown), default, "environment"))
     return rows
 
 

@@ -4,6 +4,11 @@ Whatever happens, a turn gets a ``Derivation``: a failure or a timeout falls bac
 (settings on their recorded ``sampleValue``, targets ``None`` and named in ``missing``) and logs one
 ``replay.derive_failed`` or ``replay.derive_timeout`` line. Nothing here raises into a turn.
 The prompt, the live call and the recent results are redacted before they leave the machine.
+
+With a key, the one Messages call is forced to call one tool (``tool_choice``), whose
+``input_schema`` is built from the scenario's ``paramsObject``: the answer is that ``tool_use``
+block's ``input``, read with msgspec. A reply that does not call it is no answer (nothing is
+searched for in prose); its tokens are still counted.
 """
 
 from __future__ import annotations
@@ -11,26 +16,23 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 import httpx
+import msgspec
 
-from bir.core import config
+from bir.core import config, pricing
 from bir.core.log import log_event
-from bir.core.service import ServiceClient, ServiceError, decode_json, send_bounded, status_error
+from bir.core.service import ServiceClient, ServiceError, send_bounded, status_error
 from bir.core.truncate import cut_counted
 from bir.core.types import Scenario
 
 ANTHROPIC_MESSAGES_URL = "https://api.anthropic.com/v1/messages"
 ANTHROPIC_VERSION = "2023-06-01"
-# Haiku 4.5, USD per million tokens; the table both BaseIn and the runner agree on (spec §11.3).
-HAIKU_INPUT_USD_PER_MTOK = 1.0
-HAIKU_OUTPUT_USD_PER_MTOK = 5.0
-HAIKU_CACHE_WRITE_USD_PER_MTOK = 1.25
-HAIKU_CACHE_READ_USD_PER_MTOK = 0.10
 
 MAX_TOKENS = 1024
 # What leaves the machine is bounded after redaction, so a cut never splits a secret the redactor would catch.
@@ -40,12 +42,13 @@ MAX_RECENT_RESULTS_CHARS = 8_000
 MAX_FIELD_CHARS = 500
 MAX_PARAMS = 100
 MAX_REPLY_BYTES = 1024 * 1024
-# The prose scan tries each "{" in turn; these caps keep a hostile reply from costing seconds.
-MAX_SCAN_CHARS = 32_000
-MAX_SCAN_STARTS = 64
+# The tool the derivation call is forced to call; its input is the answer.
+ANSWER_TOOL = "record_parameters"
+# What the Messages API accepts as a property key of a tool's input_schema.
+PROPERTY_KEY = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 
 Source = Literal["none", "service", "anthropic", "samples"]
-PriceFn = Callable[[str, Mapping[str, Any]], float]
+PriceFn = Callable[[str, Mapping[str, object]], float]
 RedactFn = Callable[[str], str]
 
 
@@ -63,22 +66,6 @@ class Derivation:
     missing: tuple[str, ...]
     source: Source
     reason: str | None
-
-
-def haiku_price(model: str, usage: Mapping[str, Any]) -> float:
-    """USD for one Messages reply's ``usage`` at Haiku's prices (``model`` is not consulted)."""
-    del model
-
-    def tokens(key: str) -> float:
-        value = usage.get(key)
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0.0
-
-    return (
-        tokens("input_tokens") * HAIKU_INPUT_USD_PER_MTOK
-        + tokens("output_tokens") * HAIKU_OUTPUT_USD_PER_MTOK
-        + tokens("cache_creation_input_tokens") * HAIKU_CACHE_WRITE_USD_PER_MTOK
-        + tokens("cache_read_input_tokens") * HAIKU_CACHE_READ_USD_PER_MTOK
-    ) / 1_000_000
 
 
 def resolve_api_key(env: Mapping[str, str] | None = None) -> str | None:
@@ -100,121 +87,6 @@ def resolve_api_key(env: Mapping[str, str] | None = None) -> str | None:
         return anthropic_key
     log_event("derive.api_key_ignored", why="ANTHROPIC_API_KEY is used only with BIR_USE_ANTHROPIC_API_KEY=1")
     return None
-
-
-# --- tolerant JSON extraction -------------------------------------------------------------------
-
-
-def _is_ident(ch: str) -> bool:
-    return ch.isalnum() or ch in "_$"
-
-
-def _undefined_to_null(text: str) -> str:
-    """Replace a bare ``undefined`` (outside strings) with ``null``: models write JavaScript, not JSON."""
-    if "undefined" not in text:
-        return text
-    out: list[str] = []
-    i, n, in_string = 0, len(text), False
-    while i < n:
-        ch = text[i]
-        if in_string:
-            out.append(ch)
-            if ch == "\\" and i + 1 < n:
-                out.append(text[i + 1])
-                i += 2
-                continue
-            if ch == '"':
-                in_string = False
-            i += 1
-            continue
-        if ch == '"':
-            in_string = True
-        elif (
-            text.startswith("undefined", i)
-            and (i == 0 or not _is_ident(text[i - 1]))
-            and (i + 9 >= n or not _is_ident(text[i + 9]))
-        ):
-            out.append("null")
-            i += 9
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def _parse_object(candidate: str) -> dict[str, object] | None:
-    try:
-        # NaN and Infinity are not JSON; a parameter holding one is as good as unknown.
-        value = json.loads(_undefined_to_null(candidate.strip()), parse_constant=lambda _name: None)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _balanced_end(text: str, start: int) -> int | None:
-    """Index of the ``}`` closing the ``{`` at ``start``, respecting JSON strings; ``None`` if unclosed."""
-    depth, in_string, i, n = 0, False, start, len(text)
-    while i < n:
-        ch = text[i]
-        if in_string:
-            if ch == "\\":
-                i += 2
-                continue
-            if ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
-
-
-def _scan_objects(text: str) -> dict[str, object] | None:
-    start, tries = text.find("{"), 0
-    while start != -1 and tries < MAX_SCAN_STARTS:
-        tries += 1
-        end = _balanced_end(text, start)
-        if end is not None:
-            found = _parse_object(text[start : end + 1])
-            if found is not None:
-                return found
-        start = text.find("{", start + 1)
-    return None
-
-
-def _fenced_blocks(text: str) -> list[str]:
-    blocks: list[str] = []
-    pos = text.find("```")
-    while pos != -1:
-        close = text.find("```", pos + 3)
-        if close == -1:
-            break
-        body = text[pos + 3 : close]
-        # Drop an info string such as "json" on the opening fence's line.
-        first_newline = body.find("\n")
-        if first_newline != -1 and body[:first_newline].strip().isalpha():
-            body = body[first_newline + 1 :]
-        blocks.append(body)
-        pos = text.find("```", close + 3)
-    return blocks
-
-
-def extract_json_object(text: str) -> dict[str, object] | None:
-    """The first JSON object in a model's reply: a fenced block, the bare reply, or one inside prose.
-
-    ``undefined`` reads as ``null``; a reply holding no object gives ``None``.
-    """
-    text = text[:MAX_SCAN_CHARS]
-    for block in _fenced_blocks(text):
-        found = _parse_object(block) or _scan_objects(block)
-        if found is not None:
-            return found
-    return _parse_object(text) or _scan_objects(text)
 
 
 # --- normalisation against the scenario's own schema ---------------------------------------------
@@ -268,9 +140,68 @@ def _redacted_turn(prompt: str, live_call: object, recent_results: object, redac
     )
 
 
-def extraction_prompt(scenario: Scenario, turn: _Turn) -> str:
-    """The one user message of the derivation call (spec §16.3)."""
+def tool_keys(scenario: Scenario) -> dict[str, str]:
+    """The answer tool's property key of each parameter it asks for (at most ``MAX_PARAMS``), key → name.
+
+    A name the Messages API accepts as a property key is its own key; any other (a space, a ``$``,
+    past 64 characters) is asked for as ``param_<n>``, since one bad key fails the whole request.
+    """
     names = list(scenario.params_object)[:MAX_PARAMS]
+    taken = set(scenario.params_object)
+    keys: dict[str, str] = {}
+    for position, name in enumerate(names):
+        key = name
+        if PROPERTY_KEY.fullmatch(name) is None:
+            key = f"param_{position}"
+            while key in taken:
+                key += "_"
+            taken.add(key)
+        keys[key] = name
+    return keys
+
+
+def _json_type(sample: object) -> str | None:
+    # Numbers are one type: a recorded 5 does not make 2.5 a wrong answer.
+    if isinstance(sample, bool):
+        return "boolean"
+    if isinstance(sample, int | float):
+        return "number"
+    for kind, name in ((str, "string"), (list, "array"), (dict, "object")):
+        if isinstance(sample, kind):
+            return name
+    return None
+
+
+def answer_tool(scenario: Scenario, keys: Mapping[str, str]) -> dict[str, object]:
+    """The one tool the derivation call must call: every asked parameter a required, nullable property."""
+    properties: dict[str, object] = {}
+    for key, name in keys.items():
+        spec = scenario.params_object[name]
+        rule = (
+            "A target: from the request only, null when the request does not name it."
+            if spec.role == "target"
+            else "A setting: null keeps its recorded value."
+        )
+        description = _clip(spec.description, MAX_FIELD_CHARS) or "(no description)"
+        prop: dict[str, object] = {"description": f"{json.dumps(name)}: {description}. {rule}"}
+        kind = _json_type(spec.sample_value)
+        if kind is not None:
+            prop["type"] = [kind, "null"]
+        properties[key] = prop
+    return {
+        "name": ANSWER_TOOL,
+        "description": "Record the parameters of the saved task, as the user's request gives them.",
+        "input_schema": {
+            "type": "object",
+            "properties": properties,
+            "required": list(keys),
+            "additionalProperties": False,
+        },
+    }
+
+
+def extraction_prompt(scenario: Scenario, turn: _Turn, keys: Mapping[str, str]) -> str:
+    """The one user message of the derivation call (spec §16.3)."""
     lines = [
         "You fill in the parameters of a saved task from a user's request.",
         "",
@@ -278,11 +209,12 @@ def extraction_prompt(scenario: Scenario, turn: _Turn) -> str:
         "",
         "Parameters (name, role, description, the value it had when the task was recorded):",
     ]
-    for name in names:
+    for key, name in keys.items():
         spec = scenario.params_object[name]
         sample = _clip(json.dumps(spec.sample_value, ensure_ascii=False, default=str), MAX_FIELD_CHARS)
         description = _clip(spec.description, MAX_FIELD_CHARS) or "(no description)"
-        lines.append(f"- {json.dumps(name)} ({spec.role}): {description}. Recorded value: {sample}")
+        asked = "" if key == name else f" (answer it as {key})"
+        lines.append(f"- {json.dumps(name)} ({spec.role}): {description}. Recorded value: {sample}{asked}")
     lines += [
         "",
         "A setting may keep its recorded value: answer null for a setting the request does not mention.",
@@ -298,25 +230,49 @@ def extraction_prompt(scenario: Scenario, turn: _Turn) -> str:
         lines += ["", "The tool call being made now:", "<live_call>", turn.live_call, "</live_call>"]
     if turn.recent_results is not None:
         lines += ["", "Recent tool results:", "<recent_results>", turn.recent_results, "</recent_results>"]
-    keys = ", ".join(json.dumps(name) for name in names)
-    lines += ["", f"Answer with one JSON object whose keys are exactly {keys}, and nothing else."]
+    listed = ", ".join(json.dumps(key) for key in keys)
+    lines += ["", f"Call {ANSWER_TOOL} once; its keys are exactly {listed}."]
     return "\n".join(lines)
 
 
-def _reply_text(data: object) -> str | None:
-    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+# --- what comes back ------------------------------------------------------------------------------
+
+
+class _Spent(msgspec.Struct):
+    """The part of a Messages reply that is read first: its tokens are spent whatever the rest holds."""
+
+    usage: dict[str, Any] = {}
+
+
+class _Block(msgspec.Struct):
+    type: str = ""
+    name: str = ""
+    input: dict[str, Any] | None = None
+
+
+class _Message(msgspec.Struct):
+    content: list[_Block] = []
+    stop_reason: str | None = None
+
+
+_Shape = TypeVar("_Shape", _Spent, _Message)
+
+
+def _decode(raw: bytes, shape: type[_Shape]) -> _Shape | None:
+    try:
+        return msgspec.json.decode(raw, type=shape)
+    except msgspec.DecodeError:  # ValidationError is one
         return None
-    parts = [
-        block["text"]
-        for block in data["content"]
-        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
-    ]
-    return "".join(parts) if parts else None
 
 
-def _usage(data: object) -> Mapping[str, Any]:
-    usage = data.get("usage") if isinstance(data, dict) else None
-    return usage if isinstance(usage, dict) else {}
+def _tool_answer(message: _Message) -> dict[str, Any] | None:
+    """The ``input`` of the forced ``tool_use`` block; ``None`` if the reply did not call the tool."""
+    if message.stop_reason != "tool_use":
+        return None
+    for block in message.content:
+        if block.type == "tool_use" and block.name == ANSWER_TOOL and block.input is not None:
+            return block.input
+    return None
 
 
 def _cost(value: object) -> float:
@@ -344,12 +300,16 @@ async def _via_anthropic(
     timeout_s: float,
     http: httpx.AsyncClient,
     url: str,
-    price: PriceFn,
+    price: PriceFn | None,
 ) -> Derivation:
+    keys = tool_keys(scenario)
     request = {
         "model": model,
         "max_tokens": MAX_TOKENS,
-        "messages": [{"role": "user", "content": extraction_prompt(scenario, turn)}],
+        "tools": [answer_tool(scenario, keys)],
+        # Forced, and once: the reply is one tool_use block whose input is the answer (no prose to search).
+        "tool_choice": {"type": "tool", "name": ANSWER_TOOL, "disable_parallel_tool_use": True},
+        "messages": [{"role": "user", "content": extraction_prompt(scenario, turn, keys)}],
     }
     headers = {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION, "content-type": "application/json"}
     route = "anthropic"
@@ -366,16 +326,21 @@ async def _via_anthropic(
         )
         if status != 200:
             raise status_error(route, status, raw)
-        data = decode_json(route, raw, status=status)
     except ServiceError as exc:
         raise _Declined(f"anthropic_{_error_code(exc)}", detail=str(exc)) from None
+    spent = _decode(raw, _Spent)
+    if spent is None:
+        raise _Declined("anthropic_bad_answer", detail="the answer is not a JSON object with a usage")
     # The call was made: its tokens are spent whether or not the reply is usable.
-    cost = _cost(price(model, _usage(data)))
-    text = _reply_text(data)
-    found = extract_json_object(text) if text is not None else None
-    if found is None:
-        raise _Declined("anthropic_not_json", cost_usd=cost, detail="the reply holds no JSON object")
-    params, missing = normalise(found, scenario)
+    cost = _cost(_price(model, spent.usage, price))
+    message = _decode(raw, _Message)
+    answer = _tool_answer(message) if message is not None else None
+    if answer is None:
+        stop = message.stop_reason if message is not None else None
+        detail = f"the reply did not call {ANSWER_TOOL} (stop_reason {stop})"
+        raise _Declined("anthropic_no_tool_use", cost_usd=cost, detail=detail)
+    named = {keys[key]: value for key, value in answer.items() if key in keys}
+    params, missing = normalise(named, scenario)
     return Derivation(params, cost, True, missing, "anthropic", None)
 
 
@@ -398,6 +363,16 @@ async def _via_service(
     return Derivation(params, _cost(answer.get("costUsd")), answer.get("derived") is True, missing, "service", None)
 
 
+def _price(model: str, usage: Mapping[str, object], price: PriceFn | None) -> float:
+    """The call's cost: ``price`` when given, else the dated table (``core.pricing``, spec §11.3)."""
+    if price is not None:
+        return price(model, usage)
+    if not pricing.is_priced(model) and pricing.usage_tokens(usage) > 0:
+        # The table has no row for a BIR_DERIVE_MODEL; its tokens count as nothing, and that is said once here.
+        log_event("replay.derive_unpriced", model=model, pricing_version=pricing.PRICING_VERSION)
+    return pricing.cost_usd(model, usage)
+
+
 def _error_code(exc: ServiceError) -> str:
     return f"http_{exc.status}" if exc.kind == "status" and exc.status is not None else exc.kind
 
@@ -414,7 +389,7 @@ async def derive_parameters(
     recent_results: object = None,
     http: httpx.AsyncClient | None = None,
     redact: RedactFn = lambda text: text,
-    price: PriceFn = haiku_price,
+    price: PriceFn | None = None,
     anthropic_url: str = ANTHROPIC_MESSAGES_URL,
 ) -> Derivation:
     """Derive a scenario's parameters from the user's prompt (spec §16.3); never raises.
@@ -423,7 +398,8 @@ async def derive_parameters(
     ``BIR_DERIVE_MODEL``); without one but with a configured ``service``, the service's derive route;
     with neither, the samples. ``timeout_s`` bounds the whole derivation; past it, or on any failure,
     the samples stand in with ``reason`` set. ``live_call`` and ``recent_results`` (text, or anything
-    JSON-serialisable) go out as redacted text, as does the prompt.
+    JSON-serialisable) go out as redacted text, as does the prompt. The Messages call is priced by
+    ``price``, by default from the dated table of ``core.pricing``.
     """
     if not scenario.params_object:
         return Derivation({}, 0.0, False, (), "none", None)
@@ -478,13 +454,14 @@ async def derive_parameters(
 
 
 __all__ = [
+    "ANSWER_TOOL",
     "ANTHROPIC_MESSAGES_URL",
     "Derivation",
+    "answer_tool",
     "derive_parameters",
-    "extract_json_object",
     "extraction_prompt",
-    "haiku_price",
     "normalise",
     "resolve_api_key",
     "samples",
+    "tool_keys",
 ]

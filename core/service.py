@@ -20,6 +20,7 @@ import httpx
 
 from bir.core import config, credentials
 from bir.core.log import log_event
+from bir.core.secret_values import redact_values_deep
 from bir.core.truncate import one_line
 from bir.core.types import (
     MatchAnswer,
@@ -30,6 +31,7 @@ from bir.core.types import (
     parse_recorded_steps,
     parse_scenario,
 )
+from bir.core.urls import hide_userinfo, insecure_reason
 
 FRAMEWORK = "claude-code"
 # A matched answer carries a whole scenario and a source run carries every tool output of a turn;
@@ -38,14 +40,14 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024
 MAX_ERROR_CHARS = 300
 _SNIPPET_CHARS = 120
 
-ErrorKind = Literal["not_configured", "timeout", "unreachable", "status", "bad_answer", "too_large"]
+ErrorKind = Literal["not_configured", "insecure", "timeout", "unreachable", "status", "bad_answer", "too_large"]
 ReportStatus = Literal["booked", "duplicate", "not_recorded", "ticket_unknown"]
 StepStatus = Literal["recorded", "unknown_run"]
 FinishStatus = Literal["finished", "duplicate", "unknown_run"]
 
 
 def _bounded(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    return one_line(text, limit)
+    return one_line(hide_userinfo(text), limit)
 
 
 class ServiceError(Exception):
@@ -205,6 +207,8 @@ class ServiceClient:
         self.timeout_s = timeout_s if timeout_s is not None else config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000
         self._owns_client = client is None
         self._client = client if client is not None else httpx.AsyncClient(transport=transport)
+        # An app served in this process (the local service) is reached without crossing any network.
+        self._in_process = isinstance(transport, httpx.ASGITransport)
 
     def _effective(self) -> credentials.Effective:
         """The sign-in in effect, read again only when the environment or the stored file changed."""
@@ -264,6 +268,12 @@ class ServiceClient:
         base_url, token = self._sign_in()
         if base_url is None:
             raise ServiceError("not_configured", f"{route}: no service URL (bir login, or BIR_AUTH_URL)", route=route)
+        insecure = None if self._in_process else insecure_reason(base_url)
+        if insecure is not None:
+            # Refused before anything is sent: the token would cross the network in clear.
+            raise ServiceError("insecure", f"{route}: {insecure}", route=route)
+        # The secrets bir knows never leave in a body, whatever put them there (a prompt, an output).
+        json_body = redact_values_deep(json_body)
         headers = {"accept": "application/json"}
         if token:
             headers["authorization"] = f"Bearer {token}"

@@ -7,6 +7,9 @@ Other parts of bir call exactly this::
     async with EvaluatorPool(workers=2, timeout_ms=1000, memory_mb=64, max_jobs=2000) as pool:
         out = await pool.evaluate("toolOutputLogic", body, tool_output_text, params, resp_params)
 
+``bir.evaluator.walls.describe()`` says which of the kernel's walls a worker on this machine puts up
+around itself (for ``bir doctor``); ``pool.walls`` says which the pool's workers did put up.
+
 Imports are lazy so that a worker process (``bir.evaluator.worker``) loads neither asyncio's
 machinery nor the pool.
 """

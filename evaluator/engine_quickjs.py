@@ -9,11 +9,16 @@ script. Memory is QuickJS's fixed 128 MB and, as for V8, the supervisor's RSS wa
 It drives dukpy's native module ``dukpy._dukpy`` directly (``PRIVATE_SURFACE``): a bare context, with
 no Python function reachable from JavaScript. When that surface moved, ``make_quickjs_engine`` falls
 back to dukpy's public ``JSInterpreter`` (``PublicQuickJSEngine``), whose Node-like shims
-(``require``, ``process``, ``call_python``, ...) are deleted before the realm is set up.
+(``require``, ``process``, ``call_python``, ...) the realm's allowlist removes with everything else
+that is not the contract's.
+
+The realm is stripped in full (``realm.setup_script``) in the first context; every later one is the
+same build's same fresh context, so its setup deletes exactly what the first one's did.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import signal
@@ -33,10 +38,8 @@ PRIVATE_SURFACE: Final = (
     "dukpy._dukpy:eval_string",
     "dukpy._dukpy:JSRuntimeError",
 )
-# What dukpy's public JSInterpreter adds to a bare context: Python's module loader and logger are
-# reachable through them, so they go before the realm is set up (all are configurable).
-PUBLIC_SHIMS: Final = ("require", "process", "call_python", "_dukpy_cjs_source_compiles", "_dukpy_eval_cjs_source")
 _LOCATION = re.compile(r"\n\s+at .*", re.DOTALL)
+_DUKPY_GLOBALS: Final = "delete globalThis.dukpy; delete globalThis.call_python; "
 
 
 class _Stopped(BaseException):
@@ -95,30 +98,29 @@ class QuickJSEngine:
         self.version = "QuickJS-NG (dukpy)"
         signal.signal(signal.SIGALRM, _on_alarm)
         # Fail at start, not on the first job, if the realm cannot be built.
+        report = json.loads(str(self._fresh()))
+        self.realm_removed: list[str] = list(report["removed"])
+        self.realm_kept: list[str] = list(report["kept"])
+        self._setup = setup_script(self._runner, lock=False, known=self.realm_removed + self.realm_kept)
         self._fresh()
 
-    def _fresh(self) -> None:
-        """A new context with the realm set up: the one ``_call`` runs in."""
+    def _fresh(self) -> object:
+        """A new context with the realm set up: the one ``_call`` runs in. Answers the setup's report."""
         ctx = self._dukpy.create_context()
         self._host._ctx = ctx  # type: ignore[attr-defined]
-        self._dukpy.eval_string(self._host, self._setup.encode(), b"{}", False, "<realm>")
+        raw = self._dukpy.eval_string(self._host, self._setup.encode(), b"{}", False, "<realm>")
+        return json.loads(raw.decode("utf-8")) if raw is not None else None
 
     def _call(self, script: str) -> object:
         """The value (decoded from JSON) of ``script`` in the fresh context."""
-        import json
-
         raw = self._dukpy.eval_string(self._host, script.encode(), b"{}", False, "<logic>")
         return json.loads(raw.decode("utf-8")) if raw is not None else None
 
     def run(self, job: Job) -> Outcome:
-        import json
-
         factory = factory_source(job.kind, job.body)
         run = f'{self._runner}.r("{job.key}", {json.dumps(job.args, ensure_ascii=False)})'
-        # dukpy defines its `dukpy` global afresh on every call; the body must not see it.
-        script = (
-            f'delete globalThis.dukpy; ({self._runner}.d("{job.key}", {js_length(factory)}, {factory}) ? {run} : "C-")'
-        )
+        # dukpy defines its `dukpy` and `call_python` globals afresh on every call; the body must not see them.
+        script = f'{_DUKPY_GLOBALS}({self._runner}.d("{job.key}", {js_length(factory)}, {factory}) ? {run} : "C-")'
         started = time.monotonic()
         try:
             self._fresh()
@@ -156,11 +158,17 @@ class QuickJSEngine:
 
 
 class PublicQuickJSEngine(QuickJSEngine):
-    """``QuickJSEngine`` on dukpy's public ``JSInterpreter``, one per job; ``fallback`` says why."""
+    """``QuickJSEngine`` on dukpy's public ``JSInterpreter``, one per job; ``fallback`` says why.
+
+    Each ``JSInterpreter`` reads dukpy's runtime shims from its package: under the walls, that folder
+    stays readable (``readable``)."""
 
     def __init__(self, memory_mb: int, why: str) -> None:
+        import os
+
         import dukpy
 
+        self.readable = (os.path.join(os.path.dirname(dukpy.__file__), "jsruntime"),)
         self._public: Any = dukpy
         self._js_error = dukpy.JSRuntimeError
         self._interpreter: Any = None
@@ -168,13 +176,11 @@ class PublicQuickJSEngine(QuickJSEngine):
         self._start(memory_mb)
         self.version = "QuickJS-NG (dukpy public API)"
 
-    def _fresh(self) -> None:
-        import json
-
+    def _fresh(self) -> object:
         interpreter = self._public.JSInterpreter()
-        strip = f"for (const name of {json.dumps(list(PUBLIC_SHIMS))}) delete globalThis[name];\n"
-        interpreter.evaljs(strip + self._setup)
+        report = interpreter.evaljs(self._setup)
         self._interpreter = interpreter
+        return report
 
     def _call(self, script: str) -> object:
         # dukpy defines call_python afresh on every call, like its `dukpy` global; here it would reach

@@ -18,12 +18,14 @@ fails, naming what moved, when it does.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import queue
 import re
 import secrets
 import select
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
@@ -54,6 +56,12 @@ PRIVATE_SURFACE: Final = (
 )
 # The native calls made through Context._dll, with their argument counts.
 PRIVATE_NATIVE: Final = {"mr_eval": 3, "mr_cancel_task": 2}
+# What the walls use to reach the engine's threads (both engines; when it moved, Landlock is reported down).
+WALLS_SURFACE: Final = (
+    "py_mini_racer._context:Context.handle_callback_from_v8",
+    "py_mini_racer._context:Context.event_loop",
+)
+THREAD_DEADLINE_S: Final = 5.0
 
 _flags_applied = False
 
@@ -168,6 +176,10 @@ class V8Engine:
         if status != "ok":
             raise RuntimeError(f"the V8 realm did not set up: {value}")
         self.realm_stats = str(value)
+        report = json.loads(self.realm_stats)
+        # What the allowlist took out of the engine's realm (allowlist.py), and what it could only empty.
+        self.realm_removed: list[str] = list(report["removed"])
+        self.realm_kept: list[str] = list(report["kept"])
 
     def answer_early(
         self,
@@ -344,15 +356,74 @@ class V8Engine:
             return str(value)
         return ""
 
+    def _context(self) -> Any:
+        return self._ctx
+
+    def thread_runners(self) -> list[Callable[[Callable[[], None]], None]]:
+        """Ways to run a function on each of the engine's own threads, for the walls (``walls.raise_walls``):
+        the isolate's thread, from inside the callback that hands it an eval's answer, and mini-racer's
+        event-loop thread, through its loop."""
+        ctx = self._context()
+
+        def on_isolate(work: Callable[[], None]) -> None:
+            _on_isolate_thread(ctx, work, lambda: self._eval("0", THREAD_DEADLINE_S))
+
+        def on_loop(work: Callable[[], None]) -> None:
+            _on_loop_thread(ctx.event_loop, work)
+
+        return [on_isolate, on_loop]
+
     def heap_used(self) -> int:
         stats = self._ctx.heap_stats()
-        import json
-
         data = json.loads(stats) if isinstance(stats, str) else {}
         return int(data.get("used_heap_size", 0))
 
     def collect(self) -> None:
         self._ctx.low_memory_notification()
+
+
+def _on_isolate_thread(ctx: Any, work: Callable[[], None], evaluate: Callable[[], object]) -> None:
+    """Run ``work`` on the isolate's thread: mini-racer calls ``ctx.handle_callback_from_v8`` there with
+    every answer, so for one eval that method runs ``work`` first.
+
+    Raises:
+        RuntimeError: the callback never ran.
+    """
+    original = ctx.handle_callback_from_v8
+    ran = threading.Event()
+
+    def first_work(callback_id: int, raw: object) -> None:
+        if not ran.is_set():
+            ran.set()
+            work()
+        original(callback_id, raw)
+
+    object.__setattr__(ctx, "handle_callback_from_v8", first_work)
+    try:
+        evaluate()
+    finally:
+        object.__delattr__(ctx, "handle_callback_from_v8")
+    if not ran.is_set():
+        raise RuntimeError("the isolate's thread did not call back")
+
+
+def _on_loop_thread(loop: Any, work: Callable[[], None]) -> None:
+    """Run ``work`` on the thread of mini-racer's event loop and wait for it.
+
+    Raises:
+        RuntimeError: it did not run in time.
+    """
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            work()
+        finally:
+            done.set()
+
+    loop.call_soon_threadsafe(run)
+    if not done.wait(THREAD_DEADLINE_S):
+        raise RuntimeError("mini-racer's event-loop thread did not run")
 
 
 def _syntax_may_queue(body: str) -> bool:

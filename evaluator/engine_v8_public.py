@@ -90,6 +90,9 @@ class PublicV8Engine(V8Engine):
                 return "memory", None
             return "error", str(exc) or "the engine stopped the evaluation"
 
+    def _context(self) -> Any:
+        return self._mr._ctx
+
     def heap_used(self) -> int:
         stats = self._mr.heap_stats()
         return int(stats.get("used_heap_size", 0)) if isinstance(stats, dict) else 0

@@ -10,11 +10,21 @@ later; memory by the engine's limit and by the worker's RSS, watched here. A wor
 after ``max_jobs`` jobs (plus up to 10% jitter, so workers do not all recycle at once). Its
 replacement, a *spare*, is started ahead by as many jobs as the worker will serve while a spare
 starts (from the measured start time and the measured interval between jobs, with a safety factor),
-and waits warm, serving nothing, until the worker reaches its budget: then the swap is instant. When
-jobs come faster than a spare can start (a budget shorter than a start), the old worker serves on
-rather than make a job wait, and ``PoolStats.past_budget`` counts those jobs. A job whose worker
-died runs once more before its body is blamed; a body that overran its time or memory, or took a
-worker down twice, is refused with the same message for ten minutes.
+and waits warm, serving nothing, until the worker reaches its budget: then the swap is instant. The
+pool's first spares start with its first workers, and are warm when ``start`` returns (with
+``warm_spares=False`` they start right after, and ``start`` does not wait for them: half the start time
+and the memory at first, and a first budget that may run into the margin). When jobs come
+faster than a spare can start, the old worker serves on past its budget (``PoolStats.past_budget``
+counts those jobs), but never past ``margin`` times it (``BIR_LOGIC_BUDGET_MARGIN``): there it is
+*held*, and its next job waits for the spare (``spawn_waits`` counts it, ``spawn_wait_us_*`` how
+long); the wait ends when the spare is up, or when its start fails or passes its deadline, and the
+held worker then serves on until a spare is up. A job whose worker died runs once more before its
+body is blamed; a body that overran its time or memory, or took a worker down twice, is refused with
+the same message for ten minutes.
+
+Walls: each worker puts the kernel's walls up on itself before its first job (``bir.evaluator.walls``;
+``walls=False`` or ``BIR_LOGIC_WALLS=0`` starts it without); ``walls`` is what the last worker to start
+said of them, and a wall that is down is logged once per process (``evaluator.walls_down``).
 
 asyncio only (the control server and the proxies run on asyncio).
 """
@@ -40,11 +50,12 @@ import msgspec
 from bir.core import config
 from bir.core.errors import LogicError, Reason, as_reason
 from bir.core.log import log_event
+from bir.evaluator import walls
 from bir.evaluator.engine import memory_message, timeout_message
 from bir.evaluator.process import WorkerEvents, WorkerProcess
 from bir.evaluator.realm import PARAMETERS
 from bir.evaluator.refusals import RefusalLedger
-from bir.evaluator.wire import Codec, Job, Result
+from bir.evaluator.wire import Codec, Hello, Job, Result
 
 START_DEADLINE_S: Final = 30.0
 WATCH_S: Final = 0.02  # how often the watchdog checks hard deadlines and memory
@@ -59,6 +70,8 @@ EWMA_WEIGHT: Final = 0.2
 FIRST_START_GUESS_S: Final = 0.3
 _json_decoder = msgspec.json.Decoder(dict[str, Any])
 _json_encoder = msgspec.json.Encoder()
+# Wall states already logged by this process (per engine): a wall that is down is said once, not per worker.
+_walls_logged: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
 
 @dataclass(slots=True)
@@ -77,6 +90,8 @@ class _Counters:
     cold_waits: int = 0
     retired: int = 0
     past_budget: int = 0
+    holds: int = 0
+    most_jobs_per_worker: int = 0
     spawn_waits: int = 0
     spawn_wait_us_total: int = 0
     spawn_wait_us_max: int = 0
@@ -89,9 +104,11 @@ class PoolStats:
     its state now: jobs queued, workers ready, bodies it refuses.
 
     Recycling on time: ``past_budget`` is the jobs a worker ran past its budget because its spare was
-    not ready yet (goal 0); ``spawn_waits`` the jobs that waited while the pool was short of workers
-    because some were starting, and ``spawn_wait_us_total`` / ``spawn_wait_us_max`` how long (goal 0).
-    ``spares`` is the warm spares ready now."""
+    not ready yet (goal 0); ``holds`` the times a worker reached its margin (``BIR_LOGIC_BUDGET_MARGIN``
+    times its budget) with no spare ready, and was held; ``most_jobs_per_worker`` the most jobs one
+    worker ran; ``spawn_waits`` the jobs that waited while the pool was short of workers because some
+    were starting (or held for theirs), and ``spawn_wait_us_total`` / ``spawn_wait_us_max`` how long
+    (goal 0). ``spares`` is the warm spares ready now."""
 
     jobs: int
     workers_started: int
@@ -105,6 +122,8 @@ class PoolStats:
     cold_waits: int
     retired: int
     past_budget: int
+    holds: int
+    most_jobs_per_worker: int
     spawn_waits: int
     spawn_wait_us_total: int
     spawn_wait_us_max: int
@@ -153,12 +172,24 @@ class EvaluatorPool(WorkerEvents):
         *,
         engine: str | None = None,
         queue_max: int | None = None,
+        margin: float | None = None,
+        walls: bool | None = None,
+        warm_spares: bool = True,
     ) -> None:
         self.workers = _setting("BIR_LOGIC_WORKERS", workers)
         self.timeout_ms = _setting("BIR_LOGIC_TIMEOUT_MS", timeout_ms)
         self.memory_mb = _setting("BIR_LOGIC_MEMORY_MB", memory_mb)
         self.max_jobs = _setting("BIR_LOGIC_MAX_JOBS", max_jobs)
         self.queue_max = _setting("BIR_LOGIC_QUEUE", queue_max)
+        if margin is None:
+            self.margin = float(config.get_float("BIR_LOGIC_BUDGET_MARGIN") or 1.0)
+        else:
+            self.margin = float(config.clamp("BIR_LOGIC_BUDGET_MARGIN", margin))
+        self.walls_enabled = bool(config.get_flag("BIR_LOGIC_WALLS")) if walls is None else walls
+        # Whether start() waits for the first spares too (else they start right after, in the background).
+        self.warm_spares = warm_spares
+        # What the last worker to start said of its walls (bir.evaluator.walls), once one has.
+        self.walls: dict[str, str] = {}
         chosen = engine if engine is not None else config.get_str("BIR_LOGIC_ENGINE")
         if chosen not in ("v8", "quickjs"):
             raise config.ConfigError(f"engine must be v8 or quickjs, got {chosen!r}")
@@ -196,7 +227,8 @@ class EvaluatorPool(WorkerEvents):
         await self.close()
 
     async def start(self) -> None:
-        """Start the workers and wait until each has answered its handshake.
+        """Start the workers and their first spares, and wait until each has answered its handshake
+        (the spares only with ``warm_spares``).
 
         Raises:
             RuntimeError: no worker could start.
@@ -205,11 +237,25 @@ class EvaluatorPool(WorkerEvents):
             return
         self._started = True
         self._cwd = tempfile.mkdtemp(prefix="bir-eval-")
-        results = await asyncio.gather(*(self._spawn() for _ in range(self.workers)), return_exceptions=True)
+        # Each first worker with its spare, all starting at once: the first budget is on time too.
+        firsts = [self._new_worker() for _ in range(self.workers)]
+        spares = [self._spawn(spare_for=w) for w in firsts] if self.warm_spares else []
+        results = await asyncio.gather(*(self._spawn(worker=w) for w in firsts), *spares, return_exceptions=True)
         if not any(isinstance(r, WorkerProcess) for r in results):
             first = next((r for r in results if isinstance(r, BaseException)), None)
             await self.close()
             raise RuntimeError(f"the evaluator's workers could not start: {first}")
+        for worker in firsts:
+            spare = self._spare_of.get(worker)
+            if worker not in self._live and spare is not None and spare.state == "ready":
+                self._promote(spare, worker)  # its worker did not start: the spare serves instead
+        if not self._ready_workers():
+            await self.close()
+            raise RuntimeError("the evaluator's workers could not start")
+        if not self.warm_spares:
+            for worker in self._ready_workers():
+                if worker not in self._spare_of:
+                    self._spawn_soon(spare_for=worker)
         self._monitor = asyncio.get_running_loop().create_task(self._watch())
         log_event(
             "evaluator.started",
@@ -218,6 +264,8 @@ class EvaluatorPool(WorkerEvents):
             timeout_ms=self.timeout_ms,
             memory_mb=self.memory_mb,
             max_jobs=self.max_jobs,
+            margin=self.margin,
+            walls=self.walls,
         )
 
     async def close(self) -> None:
@@ -276,7 +324,7 @@ class EvaluatorPool(WorkerEvents):
         if refusal is not None:
             self._counts.refused += 1
             raise LogicError("refused", refusal.message, kind)
-        if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._ready_workers():
+        if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._serving_workers():
             raise LogicError("crashed", "the evaluator's workers cannot start (see evaluator.spawn_failed)", kind)
         if len(self._pending) >= self.queue_max:
             self._counts.overloaded += 1
@@ -317,24 +365,32 @@ class EvaluatorPool(WorkerEvents):
 
     # -- supervision -------------------------------------------------------------------------------------
 
-    async def _spawn(self, spare_for: WorkerProcess | None = None) -> WorkerProcess:
+    def _new_worker(self) -> WorkerProcess:
         assert self._cwd is not None
         budget = self.max_jobs + random.randint(0, self.max_jobs // 10)
-        worker = WorkerProcess(
+        return WorkerProcess(
             self,
             engine=self.engine,
             memory_mb=self.memory_mb,
             cwd=self._cwd,
             job_budget=budget,
+            job_limit=max(budget, math.floor(budget * self.margin)),
             codec=self._codec,
+            walls=self.walls_enabled,
         )
+
+    async def _spawn(
+        self, spare_for: WorkerProcess | None = None, *, worker: WorkerProcess | None = None
+    ) -> WorkerProcess:
+        if worker is None:
+            worker = self._new_worker()
         self._starting[worker] = spare_for
         if spare_for is not None:
             self._spare_of[spare_for] = worker
         self._procs.add(worker)
         began = time.monotonic()
         try:
-            await worker.start(START_DEADLINE_S)
+            hello = await worker.start(START_DEADLINE_S)
         except asyncio.CancelledError:
             self._forget_start(worker)
             raise
@@ -342,11 +398,12 @@ class EvaluatorPool(WorkerEvents):
             self._forget_start(worker)
             self._spawn_failures += 1
             log_event("evaluator.spawn_failed", error=str(exc)[:500], failures=self._spawn_failures)
-            if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._ready_workers():
+            if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._serving_workers():
                 while self._pending:
                     self._fail(self._pending.popleft(), "crashed", f"the evaluator's workers cannot start: {exc}")
             raise
         self._start_s += EWMA_WEIGHT * ((time.monotonic() - began) - self._start_s)
+        self._note_walls(hello)
         predecessor = self._starting.pop(worker, None)
         self._spawn_failures = 0
         self._counts.workers_started += 1
@@ -360,10 +417,30 @@ class EvaluatorPool(WorkerEvents):
         # Otherwise it waits warm until its worker reaches its budget (_after_job).
         return worker
 
+    def _note_walls(self, hello: Hello) -> None:
+        self.walls = dict(hello.walls)
+        if walls.all_up(hello.walls):
+            return
+        key = (hello.engine, tuple(sorted(hello.walls.items())))
+        if key not in _walls_logged:
+            _walls_logged.add(key)
+            log_event("evaluator.walls_down", engine=hello.engine, walls=hello.walls)
+
     def _forget_start(self, worker: WorkerProcess) -> None:
         predecessor = self._starting.pop(worker, None)
         if predecessor is not None and self._spare_of.get(predecessor) is worker:
-            del self._spare_of[predecessor]  # the worker's next job starts another
+            self._lose_spare(predecessor)
+
+    def _lose_spare(self, served: WorkerProcess) -> None:
+        """``served``'s spare did not start, or died: its next job starts another. Held for that spare,
+        it waits no longer and serves on until one is up."""
+        del self._spare_of[served]
+        if served.held:
+            served.held = False
+            served.hold_released = True
+            if served.state == "ready" and not served.retiring:
+                self._idle.append(served)
+                self._dispatch()
 
     def _promote(self, worker: WorkerProcess, predecessor: WorkerProcess | None) -> None:
         """Make a ready worker one that serves (a first worker, or a spare taking over)."""
@@ -394,6 +471,11 @@ class EvaluatorPool(WorkerEvents):
         return task
 
     def _ready_workers(self) -> list[WorkerProcess]:
+        return [w for w in self._live if w.state == "ready" and not w.retiring and not w.held]
+
+    def _serving_workers(self) -> list[WorkerProcess]:
+        """Workers that serve or will: the ready ones and those held for their spare (which serve on
+        should the spare not start)."""
         return [w for w in self._live if w.state == "ready" and not w.retiring]
 
     def _mark_if_short(self, record: _JobRecord) -> None:
@@ -419,7 +501,8 @@ class EvaluatorPool(WorkerEvents):
             self._run_on(worker, record)
         if not self._pending or self._closed:
             return
-        if not self._idle and not self._ready_workers():
+        # A worker held for its spare is not cold: what waits for it is counted in spawn_waits.
+        if not self._idle and not self._ready_workers() and not any(w.held for w in self._live):
             self._counts.cold_waits += 1
             if self._live_count() < self.workers:
                 self._spawn_soon()
@@ -494,6 +577,7 @@ class EvaluatorPool(WorkerEvents):
             value = LogicError(as_reason(result.reason), result.message or "the body failed", record.kind)
         self._finish_record(worker, value)
         worker.jobs_done += 1
+        self._counts.most_jobs_per_worker = max(self._counts.most_jobs_per_worker, worker.jobs_done)
         self._after_job(worker)
 
     def _after_job(self, worker: WorkerProcess) -> None:
@@ -515,7 +599,19 @@ class EvaluatorPool(WorkerEvents):
             self._retire(worker, RECYCLED)  # the warm spare takes over at once
             return
         self._maybe_start_spare(worker)
+        if worker.jobs_done >= worker.job_limit and not worker.hold_released and worker in self._spare_of:
+            self._hold(worker)
+            return
         self._idle.append(worker)
+        self._dispatch()
+
+    def _hold(self, worker: WorkerProcess) -> None:
+        """The worker reached its margin with its spare still starting: it serves nothing more, and the
+        jobs waiting now wait for that spare (``_spawn`` retires the worker once the spare is up)."""
+        worker.held = True
+        self._counts.holds += 1
+        for record in self._pending:
+            self._mark_if_short(record)
         self._dispatch()
 
     def _maybe_start_spare(self, worker: WorkerProcess) -> None:
@@ -558,7 +654,7 @@ class EvaluatorPool(WorkerEvents):
         self._procs.discard(worker)
         for served, spare in list(self._spare_of.items()):
             if spare is worker:
-                del self._spare_of[served]  # a spare that died: its worker's next job starts another
+                self._lose_spare(served)
         with contextlib.suppress(ValueError):
             self._live.remove(worker)
         with contextlib.suppress(ValueError):

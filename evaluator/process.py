@@ -104,6 +104,8 @@ class WorkerProcess:
         cwd: str,
         job_budget: int,
         codec: Codec,
+        job_limit: int | None = None,
+        walls: bool = True,
     ) -> None:
         self._events = events
         self._engine = engine
@@ -119,6 +121,11 @@ class WorkerProcess:
         self.state: State = "starting"
         self.pid: int | None = None
         self.job_budget = job_budget
+        # Past this many jobs it serves nothing until its spare is up (the pool's margin over its budget).
+        self.job_limit = job_limit if job_limit is not None else job_budget
+        self.held = False
+        self.hold_released = False  # its spare failed to start while it was held: it serves on
+        self._walls = walls
         self.jobs_done = 0
         self.last_job_at: float | None = None  # time.monotonic() when its last job ended
         self.current: object | None = None  # the pool's job record
@@ -159,6 +166,8 @@ class WorkerProcess:
             str(os.getpid()),
             "--surface",
             surface,
+            "--walls",
+            "on" if self._walls else "off",
         ]
         transport, _ = await loop.subprocess_exec(
             lambda: _Protocol(self),

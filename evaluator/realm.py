@@ -1,58 +1,32 @@
-"""The JavaScript realm a logic body sees in the V8 worker, and the runner that calls bodies.
+"""The JavaScript realm a logic body sees in the worker, and the runner that calls bodies.
 
-``setup_script(runner)`` strips the global object to the logic contract, locks the intrinsics, and
-binds the runner to a script-scope ``const`` whose name is random per worker: script-scope bindings
-are invisible to reflection, and a body cannot name what it cannot know. The runner is strict code
-(strict callers are censored from ``fn.caller``) that only uses intrinsics captured before any body
-ran, called through a captured ``Reflect.apply``.
+``setup_script(runner)`` strips the global object and the intrinsics to the allowlist
+(``allowlist.py``), locks the intrinsics, and binds the runner to a script-scope ``const`` whose name
+is random per worker: script-scope bindings are invisible to reflection, and a body cannot name what
+it cannot know. The runner is strict code (strict callers are censored from ``fn.caller``) that only
+uses intrinsics captured before any body ran, called through a captured ``Reflect.apply``.
+
+The contract's "a body sees JavaScript's own built-ins and nothing else" is read here, until
+``logic-contract.md`` says it in these words, as: the built-ins of ECMA-262 (its current draft, every
+finished proposal) and ECMA-402 (``Intl``, as V8 ships it), Annex B included, minus what the contract forbids, minus
+``Temporal`` (decided: see ``allowlist.py``), minus the legacy ``RegExp`` statics, and nothing an engine
+adds of its own. The realm deletes everything else and reports what it deleted; a name it cannot delete
+(a ``var`` of mini-racer's public API) it empties.
 
 Isolation between evaluations, without freezing everything: most intrinsics are frozen once; a small
 *watched* set that V8 keeps fast paths for (freezing ``Array.prototype`` made array work about 4×
 slower), or that ordinary code assigns through (``err.name = …`` on an Error), stays as it is and is
 compared against a snapshot after every job, and repaired. What cannot be repaired (a property made
-non-configurable, an object made non-extensible) taints the realm and the worker retires.
-"""
+non-configurable, an object made non-extensible) taints the realm and the worker retires."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Sequence
 from typing import Final
 
-# Globals the contract removes. Names missing in this V8 build are skipped.
-REMOVED_GLOBALS: Final = (
-    "console",
-    "WebAssembly",
-    "SharedArrayBuffer",
-    "ArrayBuffer",
-    "DataView",
-    "Atomics",
-    "FinalizationRegistry",
-    "WeakRef",
-    "Int8Array",
-    "Uint8Array",
-    "Uint8ClampedArray",
-    "Int16Array",
-    "Uint16Array",
-    "Int32Array",
-    "Uint32Array",
-    "Float16Array",
-    "Float32Array",
-    "Float64Array",
-    "BigInt64Array",
-    "BigUint64Array",
-    "setTimeout",
-    "clearTimeout",
-    "setInterval",
-    "clearInterval",
-    "queueMicrotask",
-    "d8",
-    "gc",
-)
-
-# Legacy RegExp statics carry the last match of one evaluation into the next.
-REGEXP_LEGACY: Final = (
-    "$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9",
-    "input", "$_", "lastMatch", "$&", "lastParen", "$+", "leftContext", "$`", "rightContext", "$'",
-)  # fmt: skip
+from bir.evaluator.allowlist import ANONYMOUS, FUNCTION_KEYS, INTRINSICS
 
 MAX_MESSAGE_CHARS: Final = 1000
 MAX_RESULT_CHARS: Final = 8 * 1024 * 1024
@@ -90,13 +64,104 @@ const __RUNNER__ = (function () {
   const MAX_MESSAGE = __MAX_MESSAGE__;
   const MAX_RESULT = __MAX_RESULT__;
 
-  // --- strip the realm to the contract ------------------------------------------------------------
-  for (const name of __REMOVED__) {
-    if (name in G) deleteProp(G, name);
+  // --- strip the realm to the allowlist (allowlist.py) -----------------------------------------
+  // Every listed intrinsic is found first, then each loses what is not on its list: the globals
+  // themselves are the list of globalThis. A built-in function keeps only FUNCTION_KEYS, and an
+  // object a listed one holds that is not listed itself goes. What went is reported (stats()).
+  // With KNOWN (what the same build's realm lost before), exactly that goes, and nothing is walked.
+  const ANON = __ANONYMOUS__;
+  const ALLOWED = __ALLOWED__;
+  const KNOWN = __KNOWN__;
+  const FUNCTION_KEYS = __FUNCTION_KEYS__;
+  const removed = [];
+  const kept = [];
+  const keyOf = (name) => (name.indexOf("@@") === 0 ? Symbol[apply(strSlice, name, [2])] : name);
+  const keyName = (k) => {
+    if (typeof k !== "symbol") return k;
+    const d = k.description;
+    return "@@" + (typeof d === "string" && d.indexOf("Symbol.") === 0 ? apply(strSlice, d, [7]) : d);
+  };
+  const resolve = (path) => {
+    let o = G;
+    let rest = path === "globalThis" ? "" : path;
+    if (path[0] === "%") {
+      const end = path.indexOf("%", 1) + 1;
+      try { o = ANON[apply(strSlice, path, [0, end])](); } catch (e) { return undefined; }
+      rest = apply(strSlice, path, [end + 1]);
+    }
+    if (rest === "") return o;
+    for (const part of rest.split(".")) {
+      if ((typeof o !== "object" && typeof o !== "function") || o === null) return undefined;
+      const d = getDesc(o, keyOf(part));
+      if (d === undefined || !("value" in d)) return undefined;
+      o = d.value;
+    }
+    return (typeof o === "object" && o !== null) || typeof o === "function" ? o : undefined;
+  };
+  const drop = (o, k, label) => {
+    if (deleteProp(o, k)) { apply(arrPush, removed, [label]); return; }
+    // Not configurable (a `var` of the engine's own): emptied instead.
+    try { defineProp(o, k, { value: undefined, writable: false }); } catch (e) {}
+    apply(arrPush, kept, [label]);
+  };
+  // A label is "holder.key", a global's name, or "get holder.name.key" for a key of an accessor.
+  const dropLabel = (label) => {
+    let part = "";
+    if (label.indexOf("get ") === 0 || label.indexOf("set ") === 0) {
+      part = apply(strSlice, label, [0, 3]);
+      label = apply(strSlice, label, [4]);
+    }
+    const dot = label.lastIndexOf(".");
+    const inName = label[0] === "%" && dot < label.indexOf("%", 1);
+    let holder = dot === -1 || inName ? G : resolve(apply(strSlice, label, [0, dot]));
+    const key = keyOf(dot === -1 || inName ? label : apply(strSlice, label, [dot + 1]));
+    if (part !== "") {
+      const path = apply(strSlice, label, [0, dot]);
+      const at = path.lastIndexOf(".");
+      const owner = at === -1 ? G : resolve(apply(strSlice, path, [0, at]));
+      const d = owner === undefined ? undefined : getDesc(owner, keyOf(at === -1 ? path : apply(strSlice, path, [at + 1])));
+      holder = d === undefined ? undefined : d[part];
+    }
+    if (holder !== undefined && getDesc(holder, key) !== undefined) drop(holder, key, (part ? part + " " : "") + label);
+  };
+  if (KNOWN !== null) {
+    for (let i = 0; i < KNOWN.length; i++) dropLabel(KNOWN[i]);
+  } else {
+  // <walk>
+  const listed = new Map();
+  for (const path of ownKeys(ALLOWED)) {
+    const o = resolve(path);
+    if (o === undefined) continue;
+    const names = listed.get(o);
+    if (names === undefined) listed.set(o, { path: path, names: new Set(ALLOWED[path]) });
+    else for (const n of ALLOWED[path]) names.names.add(n);
   }
-  deleteProp(Symbol, "for");
-  deleteProp(Symbol, "keyFor");
-  for (const name of __REGEXP_LEGACY__) deleteProp(RegExp, name);
+  const functionsSeen = new Set();
+  const trimFunction = (f, label) => {
+    if (functionsSeen.has(f)) return;
+    functionsSeen.add(f);
+    for (const k of ownKeys(f)) {
+      const n = keyName(k);
+      if (FUNCTION_KEYS.indexOf(n) === -1) drop(f, k, label + "." + n);
+    }
+  };
+  for (const [o, entry] of listed) {
+    const prefix = entry.path === "globalThis" ? "" : entry.path + ".";
+    for (const k of ownKeys(o)) {
+      const n = keyName(k);
+      if (!entry.names.has(n)) { drop(o, k, prefix + n); continue; }
+      const d = getDesc(o, k);
+      const parts = [["", d.value], ["get ", d.get], ["set ", d.set]];
+      for (let i = 0; i < parts.length; i++) {
+        const v = parts[i][1];
+        if (((typeof v !== "object" || v === null) && typeof v !== "function") || listed.has(v)) continue;
+        if (typeof v === "function") trimFunction(v, parts[i][0] + prefix + n);
+        else { drop(o, k, prefix + n); break; }
+      }
+    }
+  }
+  // </walk>
+  }
   if (!LOCK) {
     // A realm used for one job only (QuickJS): nothing to lock, but no string may become code.
     const refuse = function () { throw new EvalError("Code generation from strings disallowed for this context"); };
@@ -105,7 +170,6 @@ const __RUNNER__ = (function () {
     }
     defineProp(G, "eval", { value: refuse, writable: true, configurable: true });
     defineProp(G, "Function", { value: refuse, writable: true, configurable: true });
-    deleteProp(G, "dukpy");
   }
 
   let frozen = 0;
@@ -114,17 +178,18 @@ const __RUNNER__ = (function () {
   // does the worker pay a second round trip to settle the realm after that work has run.
   let mayQueue = false;
   let touched = false;
+  // <lock>
   if (LOCK) {
     const flagGlobal = (name) => {
       const d = getDesc(G, name);
       if (d === undefined || !("value" in d)) return;
       const v = d.value;
-      defineProp(G, name, {
-        get: function () { mayQueue = true; return v; },
-        set: function (x) { mayQueue = true; defineProp(G, name, { value: x, writable: true, enumerable: false, configurable: true }); },
-        enumerable: d.enumerable,
-        configurable: true,
-      });
+      const accessors = {
+        get [name]() { mayQueue = true; return v; },
+        set [name](x) { mayQueue = true; defineProp(G, name, { value: x, writable: true, enumerable: false, configurable: true }); },
+      };
+      const a = getDesc(accessors, name);
+      defineProp(G, name, { get: a.get, set: a.set, enumerable: d.enumerable, configurable: true });
     };
     const globalNames = ownKeys(G);
     for (let i = 0; i < globalNames.length; i++) {
@@ -139,6 +204,7 @@ const __RUNNER__ = (function () {
       const wrapper = {
         [name](a, b, c) { touched = true; return apply(original, this, arguments); },
       }[name];
+      defineProp(wrapper, "length", { value: original.length, configurable: true });
       defineProp(holder, name, { value: wrapper, writable: true, enumerable: false, configurable: true });
     };
     for (const name of ["defineProperty", "defineProperties", "freeze", "seal", "preventExtensions", "setPrototypeOf"]) {
@@ -146,30 +212,18 @@ const __RUNNER__ = (function () {
     }
     for (const name of ["defineProperty", "preventExtensions", "setPrototypeOf"]) watchAttributes(Reflect, name);
     for (const name of ["__defineGetter__", "__defineSetter__"]) watchAttributes(ObjectProto, name);
-    const fromAsync = Array.fromAsync;
-    if (typeof fromAsync === "function") {
-      defineProp(Array, "fromAsync", {
-        value: function fromAsync() { mayQueue = true; return apply(fromAsync, this, arguments); },
-        writable: true, enumerable: false, configurable: true,
-      });
+    // A method, not a function: like the original, it is no constructor; its name is the original's.
+    const originalFromAsync = Array.fromAsync;
+    if (typeof originalFromAsync === "function") {
+      const wrapper = { fromAsync(items) { mayQueue = true; return apply(originalFromAsync, this, arguments); } }.fromAsync;
+      defineProp(wrapper, "length", { value: originalFromAsync.length, configurable: true });
+      defineProp(Array, "fromAsync", { value: wrapper, writable: true, enumerable: false, configurable: true });
     }
     // --- the intrinsics: every object reachable from the globals and a few anonymous roots -----------
     const anon = [];
-    const tryPush = (f) => { try { const v = f(); if (v !== undefined && v !== null) apply(arrPush, anon, [v]); } catch (e) {} };
-    tryPush(() => getProto(function* () {}));
-    tryPush(() => getProto(async function () {}));
-    tryPush(() => getProto(async function* () {}));
-    tryPush(() => getProto(getProto(async function* () {}).prototype));
-    tryPush(() => getProto([][Symbol.iterator]()));
-    tryPush(() => getProto(""[Symbol.iterator]()));
-    tryPush(() => getProto(new Map()[Symbol.iterator]()));
-    tryPush(() => getProto(new Set()[Symbol.iterator]()));
-    tryPush(() => getProto(/a/[Symbol.matchAll]("")));
-    tryPush(() => getProto([].values().map((x) => x)));
-    tryPush(() => getProto(Iterator.from({ next() { return { done: true }; } })));
-    tryPush(() => getProto(new Intl.Segmenter().segment("")));
-    tryPush(() => getProto(new Intl.Segmenter().segment("")[Symbol.iterator]()));
-    tryPush(() => getDesc(Function.prototype, "caller").get);
+    for (const n of ownKeys(ANON)) {
+      try { const v = ANON[n](); if (v !== undefined && v !== null) apply(arrPush, anon, [v]); } catch (e) {}
+    }
 
     const arrayIterProto = getProto([][Symbol.iterator]());
     // Object.prototype first: every later repair reads descriptors that inherit from it.
@@ -220,7 +274,9 @@ const __RUNNER__ = (function () {
     }
     for (let i = 0; i < watched.length; i++) apply(arrPush, snaps, [snapshot(watched[i])]);
   }
+  // </lock>
 
+  // <lock>
   // `have` comes fresh from getOwnPropertyDescriptor, so the fields of its own kind are own
   // properties; a field of the other kind would be looked up on Object.prototype, which is why
   // Object.prototype is repaired first, and why extra keys (any pollution) are deleted before the
@@ -272,6 +328,7 @@ const __RUNNER__ = (function () {
     }
     return "";
   }
+  // </lock>
 
   // --- compiled bodies ----------------------------------------------------------------------------
   let cache = { __proto__: null };
@@ -362,29 +419,48 @@ const __RUNNER__ = (function () {
     // After the work a job queued has run: undo what it left behind.
     c() { return settle(); },
     forget() { cache = { __proto__: null }; cached = 0; },
-    stats() { return stringify({ frozen: frozen, watched: snaps.length, cached: cached }); },
+    stats() { return stringify({ frozen: frozen, watched: snaps.length, cached: cached, removed: removed, kept: kept }); },
   });
 })();
 __RUNNER__.stats();
 """
 
 
-def setup_script(runner: str, *, lock: bool = True) -> str:
+def setup_script(runner: str, *, lock: bool = True, known: Sequence[str] | None = None) -> str:
     """The realm's setup script, binding the runner to ``runner`` (a random identifier).
 
     ``lock`` freezes and snapshots the intrinsics, for a realm that serves many jobs; a realm used
-    for a single job skips it.
+    for a single job skips it. ``known`` is what the allowlist took out of an earlier realm of the
+    same engine build (its report's ``removed`` and ``kept``): exactly that is taken out, without
+    walking the intrinsics again.
     """
-    import json
-
+    allowed = "null" if known is not None else json.dumps({path: list(names) for path, names in INTRINSICS.items()})
+    script = _SETUP
+    # Parts that cannot run are left out: a QuickJS context compiles this script for every job.
+    if not lock:
+        script = _without(script, "lock")
+    if known is not None:
+        script = _without(script, "walk")
     return (
-        _SETUP.replace("__RUNNER__", runner)
+        script.replace("__RUNNER__", runner)
         .replace("__LOCK__", "true" if lock else "false")
-        .replace("__REMOVED__", json.dumps(list(REMOVED_GLOBALS)))
-        .replace("__REGEXP_LEGACY__", json.dumps(list(REGEXP_LEGACY)))
+        .replace("__ANONYMOUS__", _anonymous_js())
+        .replace("__ALLOWED__", allowed)
+        .replace("__KNOWN__", "null" if known is None else json.dumps(list(known)))
+        .replace("__FUNCTION_KEYS__", json.dumps(list(FUNCTION_KEYS)))
         .replace("__MAX_MESSAGE__", str(MAX_MESSAGE_CHARS))
         .replace("__MAX_RESULT__", str(MAX_RESULT_CHARS))
     )
+
+
+def _without(script: str, part: str) -> str:
+    """``script`` without its ``// <part>`` ... ``// </part>`` sections."""
+    return re.sub(rf"^  // <{part}>$.*?^  // </{part}>$\n", "", script, flags=re.DOTALL | re.MULTILINE)
+
+
+def _anonymous_js() -> str:
+    entries = ", ".join(f"{json.dumps(name)}: () => {expression}" for name, expression in ANONYMOUS.items())
+    return "{ __proto__: null, " + entries + " }"
 
 
 def factory_source(kind: str, body: str) -> str:

@@ -48,6 +48,11 @@ class Hello(msgspec.Struct, tag="hello", frozen=True):
     engine_version: str
     # Why the engine runs on its library's public API instead of the private surface it prefers, or None.
     fallback: str | None = None
+    # Each of the kernel's walls (bir.evaluator.walls) and its state: "up…", "down: why" or "off: why".
+    walls: dict[str, str] = {}
+    # How long the worker took, in µs, to warm its engine up and to put the walls up (worker.wall_up).
+    warm_up_us: int = 0
+    walls_us: int = 0
 
 
 class Result(msgspec.Struct, tag="result", frozen=True):

@@ -5,6 +5,11 @@ protocol descriptor is a private copy of fd 1; fd 1 itself is pointed at stderr,
 engine or Python prints can corrupt a frame. The worker dies with its parent (``PR_SET_PDEATHSIG``,
 and EOF on stdin), refuses core dumps and file writes, and exits rather than serve from a realm it
 could not restore.
+
+Once its engine is up and before its first job, it puts up the kernel's walls on itself
+(``wall_up``: ``bir.evaluator.walls``) unless ``--walls off``; from then on it can open no file, so it
+first runs a few warm-up jobs through the engine, which load every module and touch every file (the
+time zone) a job's code paths need. Its ``Hello`` says which walls are up.
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ import contextlib
 import ctypes
 import os
 import resource
+import secrets
 import signal
 import sys
 import time
 from collections.abc import Sequence
 from typing import Final
 
+from bir.evaluator import walls
 from bir.evaluator.engine import Engine, Outcome, Wedged, bounded, timeout_message
 from bir.evaluator.wire import (
     PROTOCOL_VERSION,
@@ -196,6 +203,45 @@ def _heap_verdict(engine: object, memory_mb: int, rss_floor: int) -> str | None:
     return None
 
 
+# Run before the walls go up: each path a job takes (an answer, a throw, a compile error, a refused
+# result; dates and their time zone, Intl, regular expressions, JSON) loads what it needs now.
+WARM_UP: Final = (
+    "return {d: String(new Date(0)) + new Date(0).getTimezoneOffset() + new Date(0).toLocaleString(),"
+    " i: typeof Intl === 'undefined' ? '' : new Intl.DateTimeFormat().resolvedOptions().timeZone"
+    " + new Intl.NumberFormat('en').format(1.5) + 'a'.localeCompare('b'),"
+    " r: /(\\d+)-\\w/u.exec('12-x')[1], j: JSON.parse(JSON.stringify({a: ['\u00e9']})).a[0]}",
+    "throw new TypeError('warm-up')",
+    "return {",
+    "return [1]",
+)
+
+
+def wall_up(engine: Engine, *, enabled: bool = True, spent: dict[str, int] | None = None) -> dict[str, str]:
+    """Warm the engine up, then put the kernel's walls up on this process (``walls.raise_walls``), on
+    every thread the engine has. Answers each wall's state; ``spent`` gets the µs each step took. The
+    worker calls this once its engine is up and before its first job; a test applies the very same
+    function, then acts as an escaped body."""
+    started = time.perf_counter_ns()
+    _rss_bytes()  # its descriptor opens now: no file can be opened once the walls are up
+    for i, body in enumerate(WARM_UP):
+        # A random key, as a real one is: a fixed one could be a real body's key, cached with this body.
+        job = Job(id=-1 - i, kind="paramsLogic", key=secrets.token_hex(16), body=body, args="[{}]", timeout_ms=10_000)
+        if engine.run(job).settle:
+            engine.settle(time.monotonic() + 10.0)
+    warm = time.perf_counter_ns()
+    if not enabled:
+        off = "off: --walls off (BIR_LOGIC_WALLS=0)"
+        state = {"no_new_privs": off, "landlock": off, "seccomp": off}
+    else:
+        runners = getattr(engine, "thread_runners", None)
+        readable = getattr(engine, "readable", ())
+        state = walls.raise_walls(runners() if runners is not None else (), readable=readable)
+    if spent is not None:
+        spent["warm_up_us"] = (warm - started) // 1000
+        spent["walls_us"] = (time.perf_counter_ns() - warm) // 1000
+    return state
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bir.evaluator.worker")
     parser.add_argument("--engine", choices=("v8", "quickjs"), default="v8")
@@ -203,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0)
     # "public" forces the engine's fallback onto its library's public API (BIR_LOGIC_ENGINE_SURFACE, for tests).
     parser.add_argument("--surface", choices=("auto", "public"), default="auto")
+    parser.add_argument("--walls", choices=("on", "off"), default="on")
     args = parser.parse_args(argv)
 
     _die_with_parent(args.parent_pid)
@@ -211,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout = sys.stderr
     channel = _Channel(0, protocol_out)
     engine = _make_engine(args.engine, args.memory_mb, args.surface)
+    _harden()
+    spent: dict[str, int] = {}
+    state = wall_up(engine, enabled=args.walls == "on", spent=spent)
     answer_early = getattr(engine, "answer_early", None)
     if answer_early is not None:
         # A plain answer leaves from the isolate's thread the moment the engine call returns.
@@ -221,7 +271,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             inbox_fd=channel.read_fd,
             inbox_ready=channel.has_bytes,
         )
-    _harden()
     channel.send(
         Hello(
             protocol=PROTOCOL_VERSION,
@@ -229,6 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine=engine.name,
             engine_version=engine.version,
             fallback=getattr(engine, "fallback", None),
+            walls=state,
+            warm_up_us=spent["warm_up_us"],
+            walls_us=spent["walls_us"],
         )
     )
     try:

@@ -7,8 +7,9 @@ loopback in the test process). ``BIR_HOME`` is passed through so that bir's hook
 the session use the test's home.
 
 MCP servers connect in the background in ``-p`` mode, so a slow server (a Python one importing the MCP
-SDK takes about a second) may miss the first model request. ``MCP_CONNECTION_NONBLOCKING=false`` makes
-Claude Code wait for its servers before the first request; ``run_claude`` sets it unless told otherwise.
+SDK takes about a second, and several on a loaded machine) may miss the first model request.
+``MCP_CONNECTION_NONBLOCKING=false`` makes Claude Code wait for its servers before the first request, at
+most ``MCP_CONNECT_TIMEOUT_MS`` (5 s by default, 30 s here); ``run_claude`` sets both unless told otherwise.
 """
 
 from __future__ import annotations

@@ -135,3 +135,67 @@ def test_head_of_the_root_is_a_404_and_count_tokens_is_answered() -> None:
     assert counted.json()["input_tokens"] > 0
     assert api.requests == []
     assert [r.path for r in api.other_requests] == ["/", "/v1/messages/count_tokens"]
+
+
+FORCED_TOOLS = [
+    {"name": "record", "description": "d", "input_schema": {"type": "object", "properties": {"x": {}}}},
+    {"name": "other", "description": "d", "input_schema": {"type": "object"}},
+]
+
+
+def _forced_body(choice: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+    body = _body([{"role": "user", "content": "fill it in, and explain first"}], stream=stream)
+    return {**body, "tools": FORCED_TOOLS, "tool_choice": choice}
+
+
+def test_a_forced_tool_is_answered_as_one_tool_use_block_with_no_text_before_it() -> None:
+    turn = calls(ToolCall("other", {"y": 1}), ToolCall("record", {"x": 2}, "toolu_r"), text="Let me explain.")
+    api = FakeMessagesApi([turn, turn])
+    choice = {"type": "tool", "name": "record", "disable_parallel_tool_use": True}
+    with api.serve():
+        answer = httpx.post(f"{api.url}/v1/messages", json=_forced_body(choice, stream=False), headers=HEADERS)
+        streamed = _assembled(_stream(api.url, _forced_body(choice, stream=True)))
+    assert answer.status_code == 200
+    for message in (answer.json(), streamed):
+        assert message["stop_reason"] == "tool_use"
+        assert message["content"] == [{"type": "tool_use", "id": "toolu_r", "name": "record", "input": {"x": 2}}]
+    assert api.failures == []
+
+
+def test_any_keeps_every_scripted_call_and_drops_the_text() -> None:
+    turn = calls(ToolCall("other", {}, "toolu_o"), ToolCall("record", {}, "toolu_r"), text="First, a word.")
+    api = FakeMessagesApi([turn])
+    with api.serve():
+        message = httpx.post(
+            f"{api.url}/v1/messages", json=_forced_body({"type": "any"}, stream=False), headers=HEADERS
+        ).json()
+    assert [b["type"] for b in message["content"]] == ["tool_use", "tool_use"]
+    assert message["stop_reason"] == "tool_use"
+
+
+def test_a_script_that_answers_text_under_a_forced_tool_still_calls_it_and_is_kept_as_a_failure() -> None:
+    api = FakeMessagesApi([say("no tool for you")])
+    with api.serve():
+        message = httpx.post(
+            f"{api.url}/v1/messages",
+            json=_forced_body({"type": "tool", "name": "record"}, stream=False),
+            headers=HEADERS,
+        ).json()
+    assert [(b["type"], b["name"], b["input"]) for b in message["content"]] == [("tool_use", "record", {})]
+    assert message["stop_reason"] == "tool_use"
+    assert len(api.failures) == 1
+    assert "record" in str(api.failures[0])
+
+
+def test_forcing_a_tool_that_is_not_offered_is_the_real_apis_400_and_uses_no_turn() -> None:
+    api = FakeMessagesApi([say("kept")])
+    with api.serve():
+        missing = httpx.post(
+            f"{api.url}/v1/messages", json=_forced_body({"type": "tool", "name": "nope"}, stream=False), headers=HEADERS
+        )
+        no_tools = _body([{"role": "user", "content": "hi"}], stream=False)
+        bare = httpx.post(f"{api.url}/v1/messages", json={**no_tools, "tool_choice": {"type": "any"}}, headers=HEADERS)
+        after = httpx.post(f"{api.url}/v1/messages", json=no_tools, headers=HEADERS)
+    assert (missing.status_code, bare.status_code) == (400, 400)
+    assert missing.json()["error"]["type"] == "invalid_request_error"
+    assert after.json()["content"] == [{"type": "text", "text": "kept"}]

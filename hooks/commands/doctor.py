@@ -23,22 +23,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bir.core import config
+from bir.core import config, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
+from bir.evaluator import walls
 from bir.hooks import api
-from bir.hooks.commands.install import (
-    InstallError,
-    claude_config_file,
-    is_bir_hook,
-    is_mcp_hook,
-    read_json_file,
-)
 from bir.hooks.commands.probes import Serving, serving
 from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag
 from bir.hooks.commands.status import StatusFacts
 from bir.hooks.commands.status import gather as gather_status
 from bir.hooks.commands.term import ago, paint, wants_colour
+from bir.hooks.wiring import (
+    HookStyle,
+    InstallError,
+    claude_config_file,
+    is_bir_hook,
+    is_mcp_hook,
+    read_json_file,
+    stored_hook_style,
+)
 
 Level = Literal["broken", "warning", "ok"]
 Deriver = Literal["this machine", "the service", "nobody"]
@@ -56,7 +59,7 @@ class HookFact:
     is_async: bool = False
     command: str = ""
     runnable: bool = False
-    # "mcp_tool" for the tool events of ``bir install --replay --mcp-hooks``; its input is as install writes it.
+    # "mcp_tool" for the tool events as ``bir install`` writes them by default; its input is as install writes it.
     kind: str = "command"
     input_ok: bool = True
 
@@ -68,6 +71,8 @@ class EvaluatorFacts:
     workers: str
     timeout_ms: str
     timeout_from: str
+    # The kernel's walls a worker puts up under its isolate (``bir.evaluator.walls.describe``).
+    walls: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,8 @@ class DoctorFacts:
     # ``BIR_*`` variables bir cannot use (name, why): every other command refuses to run while one is set.
     config_errors: tuple[tuple[str, str], ...] = ()
     serving: Serving = "none"
+    # How install wrote the tool events' hooks; None: an install older than the choice (it wrote commands).
+    hook_style: HookStyle | None = "mcp_tool"
 
 
 @dataclass(frozen=True)
@@ -205,6 +212,9 @@ async def _gather(project_dir: str | Path) -> DoctorFacts:
         _, config_doc = read_json_file(claude_config_file())
     except InstallError:
         config_doc = {}
+    stored = installed.project(project)
+    record = stored.install if stored is not None else {}
+    style: HookStyle | None = stored_hook_style(record) if "hookStyle" in record or record.get("mcpHooks") else None
     engine = str(config.get_str("BIR_LOGIC_ENGINE"))
     timeout = _setting("BIR_LOGIC_TIMEOUT_MS")
     derive_key = bool(config.get_str("BIR_DERIVE_API_KEY"))
@@ -217,6 +227,7 @@ async def _gather(project_dir: str | Path) -> DoctorFacts:
         hooks=read_hooks(settings),
         local_servers=read_local_servers(config_doc, status.project),
         min_steer_similarity=float(config.get_float("BIR_MIN_STEER_SIMILARITY") or 0.0),
+        hook_style=style,
         derive_key=derive_key or (anthropic and use_anthropic),
         anthropic_key_ignored=anthropic and not use_anthropic and not derive_key,
         evaluator=EvaluatorFacts(
@@ -225,6 +236,7 @@ async def _gather(project_dir: str | Path) -> DoctorFacts:
             workers=_setting("BIR_LOGIC_WORKERS").value,
             timeout_ms=timeout.value,
             timeout_from=timeout.source,
+            walls=walls.describe(),
         ),
         serving=serving(status.sign_in),
     )
@@ -268,6 +280,18 @@ def _replay_findings(facts: DoctorFacts, deriver: Deriver) -> list[Finding]:
                 "warning",
                 "the `bir` MCP server is not registered: direct plans are never offered",
                 "bir install --replay",
+            )
+        )
+    for server in facts.status.unwrapped:
+        # §4: a scenario whose steps are all wrapped MCP tools runs direct; one step of an unwrapped server
+        # makes the whole scenario steer (the model makes each call, bir pins it), and divergence cannot run it.
+        out.append(
+            Finding(
+                "servers",
+                "warning",
+                f"{server.name}: not wrapped ({server.why}): every scenario that calls its tools runs in steer mode"
+                " instead of direct, and no step of it runs by itself",
+                server.fix,
             )
         )
     if view.replay and deriver == "nobody":
@@ -314,8 +338,7 @@ def _hook_findings(facts: DoctorFacts) -> list[Finding]:
         if hook.found > 1:
             wrong.append(f"{hook.found} copies")
         if wrong:
-            fix = "bir install --replay --mcp-hooks" if hook.kind == "mcp_tool" else "bir install"
-            out.append(Finding("hooks", "broken", f"{hook.event}: " + "; ".join(wrong), fix))
+            out.append(Finding("hooks", "broken", f"{hook.event}: " + "; ".join(wrong), "bir install"))
     if not out:
         timeouts = ", ".join(f"{h.event} {h.timeout}s" for h in facts.hooks)
         mcp = [h.event for h in facts.hooks if h.kind == "mcp_tool"]
@@ -323,6 +346,17 @@ def _hook_findings(facts: DoctorFacts) -> list[Finding]:
         out.append(
             Finding("hooks", "ok", f"all {len(facts.hooks)} hooks as expected, none async ({timeouts}){through}")
         )
+        tool_commands = [h.event for h in facts.hooks if h.event in api.MCP_HOOK_EVENTS and h.kind == "command"]
+        if tool_commands and facts.hook_style is None:
+            out.append(
+                Finding(
+                    "hooks",
+                    "warning",
+                    f"{', '.join(tool_commands)} run bir-hook, a process per tool call (an older install):"
+                    " installing again makes them mcp_tool hooks on the `bir` server, at about the cost of no hooks",
+                    "bir install",
+                )
+            )
     return out
 
 
@@ -379,8 +413,8 @@ def _server_findings(facts: DoctorFacts) -> list[Finding]:
             Finding(
                 "bir server",
                 "broken",
-                "install registered the `bir` server, but its entry is gone",
-                "bir install --replay",
+                "install registered the `bir` server, but its entry is gone (it carries the tool events' hooks)",
+                "bir install",
             )
         )
     if health is not None and status.replay.replay:
@@ -452,7 +486,17 @@ def _evaluator_findings(facts: DoctorFacts) -> list[Finding]:
             )
         ]
     # The limit is tuned from a real scenario's bodies, not guessed (issue 10): say where to measure it.
-    return [Finding("evaluator", "ok", f"{text}; to tune it: bir bench eval --scenario FILE|scn_…")]
+    found = [Finding("evaluator", "ok", f"{text}; to tune it: bir bench eval --scenario FILE|scn_…")]
+    shown = "; ".join(f"{name} {state}" for name, state in ev.walls.items())
+    if walls.all_up(dict(ev.walls)):
+        found.append(Finding("evaluator", "ok", f"the kernel's walls under each worker: {shown}"))
+    elif ev.walls:
+        off = any(state.startswith("off") for state in ev.walls.values())
+        fix = "unset BIR_LOGIC_WALLS" if off else "a kernel with Landlock (ABI 4+) and seccomp"
+        found.append(
+            Finding("evaluator", "warning", f"not all of the kernel's walls are up under the workers: {shown}", fix)
+        )
+    return found
 
 
 def _config_findings(facts: DoctorFacts) -> list[Finding]:

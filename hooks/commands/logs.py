@@ -17,11 +17,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, TextIO
 
 from bir.core import config
+from bir.core.home_files import open_private
 from bir.core.log import logs_dir
 from bir.core.paths import project_key, resolve_project
+from bir.core.printable import printable
 from bir.hooks.commands.result import Subparsers, add_command, project_flag
 
 MAX_LINES: Final = 10_000
@@ -35,12 +37,17 @@ def project_log(project: str | os.PathLike[str], home: Path | None = None) -> Pa
     return logs_dir(home or config.home()) / f"{project_key(resolve_project(project))}.log"
 
 
+def _open_log(path: Path) -> TextIO:
+    """A log file for reading: never a link, a FIFO or another user's file (``bir.core.home_files``)."""
+    return open(open_private(path, "read"), encoding="utf-8", errors="replace")
+
+
 def last_lines(path: Path, count: int) -> list[str]:
     """The last ``count`` lines of the log, the rotated file's included."""
     kept: deque[str] = deque(maxlen=max(0, min(count, MAX_LINES)))
     for part in (path.with_name(path.name + ".1"), path):
         try:
-            with part.open(encoding="utf-8", errors="replace") as f:
+            with _open_log(part) as f:
                 kept.extend(line.rstrip("\n") for line in f)
         except FileNotFoundError:
             continue
@@ -74,7 +81,7 @@ def follow(path: Path, *, stop: Callable[[], bool] = lambda: False, poll_s: floa
     try:
         # What is there already was shown by ``last_lines``; a file made later is read from its start.
         with contextlib.suppress(FileNotFoundError):
-            handle = path.open(encoding="utf-8", errors="replace")
+            handle = _open_log(path)
             handle.seek(0, os.SEEK_END)
             opened = os.fstat(handle.fileno())
             identity = (opened.st_dev, opened.st_ino)
@@ -89,7 +96,7 @@ def follow(path: Path, *, stop: Callable[[], bool] = lambda: False, poll_s: floa
                     # What the old file got before its rotation still counts.
                     pending += handle.read()
                     handle.close()
-                handle = path.open(encoding="utf-8", errors="replace")
+                handle = _open_log(path)
                 identity = (st.st_dev, st.st_ino)
             if handle is not None:
                 pending += handle.read()
@@ -119,10 +126,10 @@ def run_logs(
             write(f"No log yet for {resolve_project(project)} (looked in {path}). `bir up` starts its control server.")
         return 0
     for line in shown:
-        write(line if as_json else human(line))
+        write(printable(line if as_json else human(line)))
     if follow_on:
         for line in follow(path, stop=stop):
-            write(line if as_json else human(line))
+            write(printable(line if as_json else human(line)))
     return 0
 
 

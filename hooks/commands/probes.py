@@ -13,6 +13,7 @@ from typing import Final, Literal
 
 from bir.core import config, credentials
 from bir.core.service import ServiceClient, ServiceError
+from bir.core.urls import display_url
 from bir.hooks import api
 from bir.hooks.control_client import ControlClient, ControlError
 from bir.hooks.discovery import Discovery, read_discovery
@@ -85,19 +86,20 @@ async def check_service(url: str | None, token: str | None, timeout_s: float = S
     if not url:
         return ServiceCheck("unconfigured", None, "no service URL: run `bir login --url URL`")
     timeout_s = min(timeout_s, config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000)
+    shown = display_url(url.rstrip("/"))
     async with ServiceClient(url, token or "", timeout_s=timeout_s) as service:
         try:
             status, body = await service.request("GET", f"/scenarios/{PROBE_SCENARIO_ID}", route="sign_in_check")
         except ServiceError as exc:
             if exc.kind in ("unreachable", "timeout"):
-                return ServiceCheck("unreachable", service.base_url, str(exc))
-            return ServiceCheck("unexpected", service.base_url, str(exc))
+                return ServiceCheck("unreachable", shown, str(exc))
+            return ServiceCheck("unexpected", shown, str(exc))
         if status in (401, 403):
-            return ServiceCheck("refused", service.base_url, f"HTTP {status}")
+            return ServiceCheck("refused", shown, f"HTTP {status}")
         if status in (200, 404) and _is_object(body):
-            return ServiceCheck("accepted", service.base_url)
+            return ServiceCheck("accepted", shown)
         what = "a JSON object" if _is_object(body) else "not the BaseIn service's JSON"
-        return ServiceCheck("unexpected", service.base_url, f"HTTP {status}, {what}")
+        return ServiceCheck("unexpected", shown, f"HTTP {status}, {what}")
 
 
 def _is_object(body: bytes) -> bool:

@@ -765,7 +765,7 @@ async def _evaluate(kind: str, body: str, args: tuple[object, ...]) -> LogicErro
     # Imported here: the parser is built for every `bir` command, and most never start a worker.
     from bir.evaluator import EvaluatorPool
 
-    async with EvaluatorPool(workers=1) as pool:
+    async with EvaluatorPool(workers=1, warm_spares=False) as pool:
         try:
             await pool.evaluate(kind, body, *args)
         except LogicError as exc:

@@ -22,6 +22,7 @@ from bir.core import credentials, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.off_switch import OffState, read_off
 from bir.core.paths import resolve_project
+from bir.core.urls import display_url
 from bir.hooks import api
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service, control_facts
 from bir.hooks.commands.progress import for_command
@@ -30,6 +31,7 @@ from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view,
 from bir.hooks.commands.term import ago, paint, wants_colour
 from bir.hooks.discovery import Discovery, all_discoveries
 from bir.hooks.local import store_summary, wants_local
+from bir.hooks.wiring import Unwrapped, unwrapped_servers
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class StatusFacts:
     log: str
     # The local service's store when it is the service in use (no service configured, or BIR_SERVICE=local).
     local: dict[str, Any] | None = None
+    # The project's MCP servers no bir-proxy wraps (their scenarios steer instead of running direct).
+    unwrapped: tuple[Unwrapped, ...] = ()
 
 
 async def gather(project_dir: str | Path) -> StatusFacts:
@@ -67,6 +71,7 @@ async def gather(project_dir: str | Path) -> StatusFacts:
         service=await check_service(sign_in.url, sign_in.token),
         log=str(server_log(project)),
         local=await anyio.to_thread.run_sync(store_summary) if wants_local() else None,
+        unwrapped=tuple(unwrapped_servers(project)) if switches is not None else (),
     )
 
 
@@ -145,12 +150,13 @@ def render_json(facts: StatusFacts) -> dict[str, Any]:
         "service": {
             "kind": "local" if facts.local is not None else "remote",
             "local": facts.local,
-            "url": facts.sign_in.url,
+            "url": None if facts.sign_in.url is None else display_url(facts.sign_in.url),
             "urlFrom": facts.sign_in.url_from,
             "tokenFrom": facts.sign_in.token_from,
             "check": facts.service.verdict,
             "detail": facts.service.detail,
         },
+        "unwrapped": [{"name": u.name, "why": u.why, "fix": u.fix} for u in facts.unwrapped],
         "problems": [{"what": p.what, "fix": p.fix} for p in assess(facts)],
     }
 
@@ -238,6 +244,9 @@ def render_text(facts: StatusFacts, colour: bool = False) -> str:
         lines.append("installed: yes")
         lines.append(f"replay:   {replay}; bir may call by itself: {describe_allow(view.allow)}")
     lines += _control_lines(facts, colour)
+    for server in facts.unwrapped:
+        fix = f" — {server.fix}" if server.fix else ""
+        lines.append(f"unwrapped: {server.name} ({server.why}): its scenarios steer, never run direct{fix}")
     lines.append(_service_line(facts, colour))
     for problem in assess(facts):
         lines.append(paint("problem: ", "red", colour) + f"{problem.what} — fix: {problem.fix}")

@@ -23,9 +23,11 @@ import psutil
 
 from bir.core import config, installed
 from bir.core.exits import EXIT_USAGE
+from bir.core.home_files import open_private, private_dir
 from bir.core.log import logs_dir
 from bir.core.paths import off_file, pid_alive, project_key, resolve_project, revive_stamp
-from bir.hooks import api, hook_client
+from bir.core.revive import revive
+from bir.hooks import api
 from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import (
     CommandError,
@@ -273,8 +275,8 @@ def runner_off() -> CommandResult:
     """
     path = off_file(config.home())
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        private_dir(path.parent)
+        os.close(open_private(path, "append"))
     except OSError as exc:
         raise CommandError(
             f"cannot write {path}: {exc.strerror or exc}; set BIR_OFF=1 for a session instead, "
@@ -350,7 +352,7 @@ def bring_up(project_dir: str | os.PathLike[str], wait_s: float = UP_WAIT_S) -> 
     try:
         # A person asked: the hooks' once-per-10-s limit is not for them.
         revive_stamp(home, project).unlink(missing_ok=True)
-        hook_client.revive(home, project)
+        revive(home, project)
     except OSError as exc:
         raise CommandError(f"cannot start bir-hooks: {exc}; check that bir is installed (bir-hooks --help)") from exc
     box: list[Discovery] = []

@@ -125,7 +125,7 @@ class LocalService:
             if self._own_pool is None:
                 from bir.evaluator import EvaluatorPool
 
-                pool = EvaluatorPool(workers=1)
+                pool = EvaluatorPool(workers=1, warm_spares=False)
                 await pool.start()
                 self._own_pool = pool
             return self._own_pool

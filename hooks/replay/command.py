@@ -360,7 +360,8 @@ async def _replay(args: ReplayArgs, progress: Progress, child_log: Path | None, 
         if missing:
             return _missing_report(run, missing)
         progress("starting the evaluator…")
-        async with EvaluatorPool() as pool:
+        # A command ends long before a worker reaches its budget: no warm spare to pay for at start.
+        async with EvaluatorPool(warm_spares=False) as pool:
             progress("compiling the scenario's logic…")
             failures = await compile_check(pool, scenario)
             if failures:

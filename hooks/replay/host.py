@@ -1,39 +1,69 @@
-"""A minimal MCP host for a ``bir-proxy`` that ``bir replay --wrap`` starts.
+"""A minimal MCP host for a ``bir-proxy`` that ``bir replay --wrap`` starts, on the MCP SDK's client.
 
 A proxy runs work only once its host has initialized the MCP session with the upstream (the proxy
 relays the host's own ``initialize``). With no Claude Code session around, ``bir replay`` is that
-host: it spawns the proxy, sends ``initialize`` and ``notifications/initialized``, drains the
-proxy's stdout, and stops it within bounds (close stdin, wait, terminate, kill). The proxy runs in a
-session of its own, so a terminal's Ctrl-C reaches ``bir replay`` alone, which then stops it in order.
+host: the SDK's ``stdio_client`` spawns ``bir-proxy --server-name NAME -- CMD`` (in a session of its
+own) and its ``ClientSession`` runs the handshake, answers the server's pings and refuses what a host
+with nothing to offer cannot do (sampling, roots, elicitation). Stopping is the SDK's, bounded at
+each step: stdin closed, a grace period, then the whole process group terminated, then killed.
 
-Every failure to start is one sentence (``HostSessionError``): a command that is not there, one that
-exits before the handshake, and one that is not an MCP server (it does not answer ``initialize``
-within ``INITIALIZE_TIMEOUT_S``).
+The proxy is given exactly the environment passed in (the SDK adds only ``HOME``, ``LOGNAME``,
+``PATH``, ``SHELL``, ``TERM`` and ``USER`` where that environment lacks them); its stderr, which
+carries its own log lines and its upstream's stderr, goes to ``log_path`` when one is given. A line
+on its stdout that is not JSON-RPC is logged (``replay.proxy_unreadable``), never dropped unsaid.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
+import logging
 import os
 import shlex
 import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import Final, TextIO
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
 
 from bir import __version__
 from bir.core import config
-from bir.core.exits import EXIT_SPAWN_FAILED
-from bir.core.framing import NEED_DATA, LineSplitter, LineTooLong
+from bir.core.home_files import open_private, private_dir
 from bir.core.log import log_event
 from bir.core.truncate import one_line
 
-PROTOCOL_VERSION: Final = "2025-06-18"
 INITIALIZE_TIMEOUT_S: Final = 30.0
-STOP_STEP_S: Final = 2.0
+# The SDK's own stop takes at most about 6.5 s (2 s after stdin closes, 2 after SIGTERM, 2 after SIGKILL).
+STOP_TIMEOUT_S: Final = 10.0
+MAX_ERROR_CHARS: Final = 300
+# Lines on the proxy's stdout that are not JSON-RPC: this many are logged one by one, the rest counted.
+UNREADABLE_LOGGED: Final = 3
+CLIENT_INFO: Final = types.Implementation(name="bir-replay", version=__version__)
+
+
+class _SdkRecords(logging.Handler):
+    """The SDK's stdio client logs through ``logging``; with no handler configured, Python would print its
+    records, tracebacks included, on the terminal of a command that talks in sentences. Here they become
+    bounded bir log lines (``replay.mcp_client``), the traceback reduced to its exception's type."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, ValueError):
+            return  # a line that is not JSON-RPC: the session hands it to its ProxyHost, which logs it by server
+        log_event(
+            "replay.mcp_client",
+            level=record.levelname,
+            message=one_line(record.getMessage(), MAX_ERROR_CHARS),
+            error=type(error).__name__ if error is not None else None,
+        )
+
+
+logging.getLogger("mcp.client.stdio").addHandler(_SdkRecords(logging.WARNING))
 
 
 class HostSessionError(RuntimeError):
@@ -44,6 +74,7 @@ class ProxyHost:
     """One ``bir-proxy`` subprocess wrapping ``command`` as server ``name``, with this process as its host.
 
     ``log_path``, when given, receives the proxy's stderr (its JSON log lines, and its upstream's stderr).
+    ``start`` and ``stop`` may be called from different tasks: the session lives in a task of its own.
     """
 
     def __init__(
@@ -54,20 +85,27 @@ class ProxyHost:
         self._project = project
         self._env = dict(env)
         self._log_path = log_path
-        self._process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._initialized: asyncio.Future[dict[str, object]] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._scope = anyio.CancelScope()
+        self._unreadable = 0
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
-    async def start(self) -> dict[str, object]:
+    async def start(self) -> types.InitializeResult:
         """Spawn the proxy and complete the MCP handshake through it; answer the server's ``initialize`` result.
 
         Raises:
-            HostSessionError: the command does not parse, the proxy exits, or the handshake times out.
+            HostSessionError: the command does not parse, the proxy cannot start or exits, the server
+                refuses ``initialize``, or does not answer it within ``INITIALIZE_TIMEOUT_S``.
         """
+        if self._task is not None:
+            raise HostSessionError(f"--wrap {self.name}: already started")
+        parameters = self._parameters()
+        errlog = self._open_log()
+        ready: asyncio.Future[types.InitializeResult] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._host(parameters, errlog, ready), name=f"bir-replay host {self.name}")
+        # Shielded: a caller cancelled here still calls stop(), and the session task settles `ready` either way.
+        return await asyncio.shield(ready)
+
+    def _parameters(self) -> StdioServerParameters:
         try:
             upstream = shlex.split(self.command)
         except ValueError as exc:
@@ -79,67 +117,11 @@ class ProxyHost:
                 f"--wrap {self.name}: there is no command {upstream[0]!r} (not on PATH, or not executable); "
                 "nothing was started"
             )
-        argv = [
-            sys.executable,
-            "-m",
-            "bir.proxy",
-            "--server-name",
-            self.name,
-            "--project",
-            str(self._project),
-            "--",
-            *upstream,
-        ]
-        log_fd = self._open_log()
-        try:
-            self._process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log_fd,  # None: ours; else the log file, for the proxy and the upstream it starts
-                env=self._env,
-                cwd=str(self._project),
-                # Its own session: a terminal's Ctrl-C stops bir replay, which then stops the proxy itself.
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise HostSessionError(f"--wrap {self.name}: cannot start bir-proxy: {exc.strerror or exc}") from None
-        finally:
-            if log_fd is not None:
-                os.close(log_fd)  # the child holds its own copy
-        loop = asyncio.get_running_loop()
-        self._initialized = loop.create_future()
-        self._reader = loop.create_task(self._read())
-        self._send(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "bir-replay", "version": __version__},
-                },
-            }
-        )
-        try:
-            result = await asyncio.wait_for(asyncio.shield(self._initialized), INITIALIZE_TIMEOUT_S)
-        except TimeoutError:
-            # Nobody waits for it any more: a late failure must not be left unretrieved on the loop.
-            self._initialized.cancel()
-            raise HostSessionError(
-                f"--wrap {self.name}: `{self.command}` did not answer MCP's initialize within "
-                f"{INITIALIZE_TIMEOUT_S:g} s, so it is not a stdio MCP server (or it never finished starting)"
-                f"{self._see_log()}"
-            ) from None
-        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return result
+        proxy = ["-m", "bir.proxy", "--server-name", self.name, "--project", str(self._project), "--", *upstream]
+        return StdioServerParameters(command=sys.executable, args=proxy, env=self._env, cwd=self._project)
 
-    def _see_log(self) -> str:
-        return f"; its own messages are in {self._log_path}" if self._log_path is not None else ""
-
-    def _open_log(self) -> int | None:
-        """An append-only descriptor on ``log_path`` (0600), or None to leave the proxy our stderr.
+    def _open_log(self) -> TextIO | None:
+        """``log_path`` opened for appending (0600), or None to leave the proxy our own stderr.
 
         Raises:
             HostSessionError: the log file cannot be opened.
@@ -147,104 +129,99 @@ class ProxyHost:
         if self._log_path is None:
             return None
         try:
-            self._log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            return os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            folder = self._log_path.parent
+            private_dir(folder.parent, folder.name)
+            fd = open_private(self._log_path, "append")
         except OSError as exc:
             raise HostSessionError(f"cannot open the log {self._log_path}: {exc.strerror or exc}") from None
+        return os.fdopen(fd, "a", encoding="utf-8")
 
-    def _send(self, message: dict[str, object]) -> None:
-        assert self._process is not None
-        assert self._process.stdin is not None
-        self._process.stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+    async def _host(
+        self, parameters: StdioServerParameters, errlog: TextIO | None, ready: asyncio.Future[types.InitializeResult]
+    ) -> None:
+        """The session's whole life in one task, so the SDK's scopes are left in the task that entered them.
 
-    async def _read(self) -> None:
-        assert self._process is not None
-        assert self._process.stdout is not None
-        splitter = LineSplitter()
-        stdout = self._process.stdout
-        while True:
-            data = await stdout.read(65536)
-            splitter.feed(data)
-            while True:
-                try:
-                    line = splitter.next_line()
-                except LineTooLong:
-                    continue
-                if line is NEED_DATA:
-                    break
-                self._handle(bytes(line))
-            if not data:
-                break
-        if self._initialized is not None and not self._initialized.done():
-            # Its stdout closed: give it a moment to exit, so the error can say with what code.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._process.wait(), STOP_STEP_S)
-            self._initialized.set_exception(HostSessionError(self._exited_words(self._process.returncode)))
-
-    def _exited_words(self, code: int | None) -> str:
-        head = f"--wrap {self.name}: `{self.command}`"
-        if code == EXIT_SPAWN_FAILED:
-            what = "could not be started (not found, or not executable)"
-        elif code is not None and code < 0:
-            what = f"was killed by signal {-code} before the MCP handshake"
-        else:
-            what = f"exited before the MCP handshake (exit code {code}), so it is not a stdio MCP server"
-        return f"{head} {what}{self._see_log()}"
-
-    def _refused_words(self, message: Mapping[str, object]) -> str:
-        error = message.get("error")
-        text = error.get("message") if isinstance(error, dict) else None
-        head = f"--wrap {self.name}: `{self.command}`"
-        if isinstance(text, str) and text.startswith("upstream exited"):
-            why = one_line(text, 120)
-            return f"{head} exited before it answered MCP's initialize ({why}), so it is not a stdio MCP server"
-        what = f"an error ({one_line(text, 200)})" if isinstance(text, str) else "something that is not an MCP result"
-        return f"{head} answered MCP's initialize with {what}, so it is not a stdio MCP server bir can use"
-
-    def _handle(self, line: bytes) -> None:
+        ``ready`` is settled as soon as the handshake is decided, before the SDK stops a proxy that failed it.
+        """
         try:
-            message = json.loads(line)
-        except ValueError:
+            with self._scope:
+                # With no log, the process's own stderr: what an inherited descriptor would have shown.
+                async with (
+                    stdio_client(parameters, errlog=errlog or sys.__stderr__ or sys.stderr) as (read, write),
+                    ClientSession(read, write, message_handler=self._on_message, client_info=CLIENT_INFO) as session,
+                ):
+                    try:
+                        with anyio.fail_after(INITIALIZE_TIMEOUT_S):
+                            _settle(ready, await session.initialize())
+                    except Exception as exc:  # noqa: BLE001 - every way the handshake fails is one HostSessionError
+                        _settle(ready, self._failure(exc))
+                        return
+                    await anyio.sleep_forever()
+        except Exception as exc:  # noqa: BLE001 - whatever ends the session is reported, never raised into the loop
+            failure = self._failure(exc)
+            if ready.done():
+                log_event("replay.proxy_session_ended", server=self.name, error=str(failure))
+            _settle(ready, failure)
+        finally:
+            _settle(ready, HostSessionError(f"{self.name}: stopped before it initialized"))
+            if errlog is not None:
+                errlog.close()
+            if self._unreadable > UNREADABLE_LOGGED:
+                log_event("replay.proxy_unreadable_total", server=self.name, lines=self._unreadable)
+
+    def _failure(self, exc: BaseException) -> HostSessionError:
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]
+        head = f"--wrap {self.name}: `{self.command}`"
+        if isinstance(exc, TimeoutError):
+            return HostSessionError(
+                f"{head} did not answer MCP's initialize within {INITIALIZE_TIMEOUT_S:g} s, so it is not a stdio "
+                f"MCP server (or it never finished starting){self._see_log()}"
+            )
+        if isinstance(exc, OSError):
+            return HostSessionError(f"--wrap {self.name}: cannot start bir-proxy: {exc.strerror or exc}")
+        if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+            return HostSessionError(
+                f"{head} exited before the MCP handshake, so it is not a stdio MCP server{self._see_log()}"
+            )
+        if isinstance(exc, MCPError):
+            why = one_line(exc.error.message, MAX_ERROR_CHARS)
+            return HostSessionError(
+                f"{head} answered MCP's initialize with an error ({why}), so it is not a stdio MCP server bir can use"
+            )
+        return HostSessionError(f"{self.name}: the MCP session failed: {one_line(repr(exc), MAX_ERROR_CHARS)}")
+
+    def _see_log(self) -> str:
+        return f" (its messages are in {self._log_path})" if self._log_path is not None else ""
+
+    async def _on_message(self, message: types.ServerNotification | Exception) -> None:
+        if not isinstance(message, Exception):
             return
-        if not isinstance(message, dict):
-            return
-        if message.get("id") == 1 and self._initialized is not None and not self._initialized.done():
-            if isinstance(message.get("result"), dict):
-                self._initialized.set_result(message["result"])
-            else:
-                self._initialized.set_exception(HostSessionError(self._refused_words(message)))
-        elif "method" in message and "id" in message:
-            # A request from the server (ping, roots/list…): a host that has nothing to offer says so.
-            reply: dict[str, object] = {"jsonrpc": "2.0", "id": message["id"]}
-            if message["method"] == "ping":
-                reply["result"] = {}
-            else:
-                reply["error"] = {"code": -32601, "message": "not supported by bir replay"}
-            with contextlib.suppress(Exception):
-                self._send(reply)
+        self._unreadable += 1
+        if self._unreadable <= UNREADABLE_LOGGED:
+            log_event("replay.proxy_unreadable", server=self.name, error=one_line(str(message), MAX_ERROR_CHARS))
 
     async def stop(self) -> None:
-        """Close the proxy's stdin, then terminate, then kill: each step bounded."""
-        process = self._process
-        if process is None:
+        """End the session: the SDK closes the proxy's stdin, then terminates, then kills it, each step bounded."""
+        task = self._task
+        if task is None:
             return
-        if process.stdin is not None and not process.stdin.is_closing():
-            process.stdin.close()
-        for escalate in (None, process.terminate, process.kill):
-            if escalate is not None and process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    escalate()
-            try:
-                await asyncio.wait_for(process.wait(), STOP_STEP_S)
-                break
-            except TimeoutError:
-                continue
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
-        if process.returncode is None:
-            log_event("replay.proxy_not_stopped", server=self.name, pid=process.pid)
+        self._scope.cancel()
+        done, _ = await asyncio.wait({task}, timeout=STOP_TIMEOUT_S)
+        if not done:
+            log_event("replay.proxy_not_stopped", server=self.name, timeout_s=STOP_TIMEOUT_S)
+            task.cancel()
+            await asyncio.wait({task}, timeout=STOP_TIMEOUT_S)
+
+
+def _settle(ready: asyncio.Future[types.InitializeResult], outcome: types.InitializeResult | Exception) -> None:
+    """The handshake's outcome, once: the first one decided wins."""
+    if ready.done():
+        return
+    if isinstance(outcome, Exception):
+        ready.set_exception(outcome)
+    else:
+        ready.set_result(outcome)
 
 
 def proxy_environment(bir_home: Path) -> dict[str, str]:

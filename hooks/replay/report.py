@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 from bir.core.coverage import ReplayMode
 from bir.core.handover import Stop
 from bir.core.outcome import ExecutionStage, StepStatus
+from bir.core.printable import printable
 from bir.core.redact import redact, redact_text
 from bir.core.tool_text import ERROR_PREFIX, content_parts
 from bir.core.truncate import cut
@@ -262,7 +263,8 @@ def render_text(report: ReplayReport) -> str:
         if isinstance(response, dict):
             rows = [f"{name}: {_compact(value)}" for name, value in response.items()]
         lines.extend(_block("\n".join(rows) or "(empty)", "  "))
-    return "\n".join(lines)
+    # Outputs and parameters are data: no escape sequence of theirs reaches the terminal.
+    return printable("\n".join(lines))
 
 
 # -- the document for programs ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from bir.core.log import log_event
 from bir.hooks import api
 from bir.hooks.discovery import Discovery
 from bir.hooks.server.hellos import HelloBook
+from bir.hooks.server.listener import KEEP_ALIVE_S, ConnectionBook, protocol_for
 from bir.hooks.server.routes import ReceivedStep, SessionHandler, build_app
 from bir.hooks.server.work_queue import ProxyWorkQueue
 
@@ -38,7 +39,6 @@ _STEP_HOOK_TIMEOUT_S = 2.0
 _START_TIMEOUT_S = 10.0
 # Long polls are answered at stop; this bounds whatever else is still running.
 _GRACEFUL_SHUTDOWN_S = 3
-_MAX_CONNECTIONS = 512
 
 
 class _Uvicorn(uvicorn.Server):
@@ -96,6 +96,13 @@ def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
+def _own_hosts(host: str, port: int) -> frozenset[bytes]:
+    """The ``Host`` headers naming this server: its address, or ``localhost``, with its port."""
+    shown = f"[{host}]" if ":" in host else host
+    names = {shown, "localhost"} | ({"[::1]"} if host == "::1" else set())
+    return frozenset(f"{name}:{port}".encode("ascii") for name in names)
+
+
 class ControlServer:
     """The control server's state and its HTTP listener."""
 
@@ -127,6 +134,9 @@ class ControlServer:
         self._started = time.monotonic()
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
+        self.connections = ConnectionBook()
+        # The Host values a request may carry: this server's own address, known once it is bound.
+        self.hosts: frozenset[bytes] = frozenset()
         self.app = build_app(self)
         # Wraps ``app`` as it is when the server starts (a test may wrap the app before that).
         self._activity: _Activity | None = None
@@ -235,16 +245,22 @@ class ControlServer:
         # option on to accepted sockets.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_host, bound_port = sock.getsockname()[:2]
+        self.hosts = _own_hosts(bound_host, bound_port)
         self._activity = _Activity(self.app)
         cfg = uvicorn.Config(
             self._activity,
+            http=protocol_for(self.connections),
             log_config=None,
             access_log=False,
             lifespan="off",
             ws="none",
             server_header=False,
             timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
-            limit_concurrency=_MAX_CONNECTIONS,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            # No 503 for everyone once connections pile up: the listener evicts the untrusted ones.
+            limit_concurrency=None,
+            # The peer address is the socket's: no header may change what the loopback check sees.
+            proxy_headers=False,
         )
         server = _Uvicorn(cfg)
         self._server = server

@@ -10,6 +10,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
+
 from bir.core.coverage import ReplayMode, mode_for
 from bir.core.types import Matched, Scenario
 
@@ -70,4 +72,4 @@ def ladder(
         return Decline("plan_mode", "the session is in plan mode: nothing is announced")
     if mode == "direct" and not delivery_live:
         return Decline("no_delivery_tool", "no running bir server has said it serves run_scenario")
-    return Armable(scenario if scenario.id else scenario.model_copy(update={"id": matched.scenario_id}), mode)
+    return Armable(scenario if scenario.id else msgspec.structs.replace(scenario, id=matched.scenario_id), mode)

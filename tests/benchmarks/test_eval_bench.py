@@ -19,7 +19,16 @@ from bir.benchmarks.corpus import CASES, MIX, Case
 from bir.benchmarks.eval_bench import Counts, render_table, run_eval_bench
 from bir.evaluator import EvaluatorPool
 
-TINY = Counts(warmup=2, sequential=6, throughput=6, callers_per_worker=2, recycle_calls=6, quickjs_calls=6)
+TINY = Counts(
+    warmup=2,
+    sequential=6,
+    throughput=6,
+    callers_per_worker=2,
+    recycle_calls=6,
+    quickjs_calls=6,
+    walls_starts=1,
+    walls_calls=6,
+)
 LATENCY_KEYS = {"calls", "p50_us", "p90_us", "p99_us", "mean_us", "sequential_calls_per_s"}
 
 
@@ -128,7 +137,8 @@ def test_a_tiny_full_run_prints_one_json_document_with_every_key(capsys: pytest.
         "cases",
         "goals",
         "case_p50_ratio_geomean",
-        "default_max_jobs",
+        "recycling",
+        "walls",
         "quickjs",
         "pool_stats",
         "duration_s",
@@ -158,26 +168,54 @@ def test_a_tiny_full_run_prints_one_json_document_with_every_key(capsys: pytest.
     assert len(report["goals"]) == 3
     assert report["case_p50_ratio_geomean"] > 0
     assert all(isinstance(g["met"], bool) for g in report["goals"])
-    recycling = {"max_jobs", "recycled", "cold_waits", "past_budget", "spawn_waits"}
-    assert set(report["default_max_jobs"]) == LATENCY_KEYS | recycling
-    assert report["default_max_jobs"]["max_jobs"] == 2000
+    counters = {
+        "max_jobs", "margin", "workers", "load", "recycled", "past_budget", "holds", "most_jobs_per_worker",
+        "job_limit", "spawn_waits", "spawn_wait_ms_max", "cold_waits",
+    }  # fmt: skip
+    rows = report["recycling"]
+    assert [(r["max_jobs"], r["load"]) for r in rows] == [
+        (2000, "sequential"),
+        (2000, "saturated"),
+        (100, "sequential"),
+        (100, "saturated"),
+    ]
+    assert set(rows[0]) == counters | LATENCY_KEYS
+    assert set(rows[1]) == counters | {"calls", "callers", "calls_per_s"}
+    assert rows[2]["job_limit"] == 220  # the largest jittered budget, 110, times the default margin 2
+    walls = report["walls"]
+    assert set(walls) == {"state", "start_ms", "in_worker_ms", "mix", "ratios"}
+    assert set(walls["in_worker_ms"]) == {"raise_walls", "warm_up"}
+    assert set(walls["state"]) == {"no_new_privs", "landlock", "seccomp"}
+    assert set(walls["start_ms"]["on"]) == {"starts", "p50", "max"}
+    assert set(walls["mix"]["off"]) == LATENCY_KEYS
+    assert set(walls["ratios"]) == {"start_p50_on_vs_off", "mix_p50_on_vs_off", "mix_p99_on_vs_off"}
     assert set(report["quickjs"]) == LATENCY_KEYS
-    assert set(report["pool_stats"]) == {"one_worker", "all_workers", "default_max_jobs", "quickjs"}
+    assert set(report["pool_stats"]) == {
+        "one_worker",
+        "all_workers",
+        "recycling_2000_sequential",
+        "recycling_2000_saturated",
+        "recycling_100_sequential",
+        "recycling_100_saturated",
+        "quickjs",
+    }
     assert report["pool_stats"]["one_worker"]["crashes"] == 0
 
     table = render_table(report)
-    for name in [*report["cases"], "goals:", "default max_jobs (2000)", "QuickJS", "one_worker", "all_workers"]:
+    for name in [*report["cases"], "goals:", "max_jobs 2000, 2 workers, saturated", "walls (", "QuickJS"]:
         assert name in table
 
 
-def test_a_quick_run_leaves_out_the_default_max_jobs_run_and_quickjs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_quick_run_leaves_out_the_recycling_runs_and_quickjs(capsys: pytest.CaptureFixture[str]) -> None:
     tiny_quick = Counts(warmup=1, sequential=3, throughput=3, callers_per_worker=1, recycle_calls=0, quickjs_calls=0)
     assert run_eval_bench(quick=True, as_json=False, counts=tiny_quick) == 0
     table = capsys.readouterr().out
     assert table.startswith("bir bench eval (quick)")
     assert "QuickJS" not in table
-    assert "default max_jobs" not in table
+    assert "recycling" not in table
+    assert "walls (" not in table
     assert bench_module.QUICK.recycle_calls == 0
+    assert bench_module.QUICK.walls_starts > 0  # the walls' cost is in a quick run too
     assert bench_module.QUICK.quickjs_calls == 0
 
 

@@ -11,10 +11,9 @@ import pytest
 
 from bir.core import log
 from bir.core.derive import (
+    ANSWER_TOOL,
     Derivation,
     derive_parameters,
-    extract_json_object,
-    haiku_price,
     resolve_api_key,
 )
 from bir.core.service import ServiceClient
@@ -61,44 +60,6 @@ def fleet(params: Mapping[str, Any] | None = None) -> Scenario:
     )
 
 
-# --- tolerant JSON extraction ---------------------------------------------------------------------
-
-
-def test_a_fenced_json_block_is_extracted() -> None:
-    text = 'Here you go:\n```json\n{"region": "us-east-1", "limit": 5}\n```\nAnything else?'
-    assert extract_json_object(text) == {"region": "us-east-1", "limit": 5}
-
-
-def test_a_bare_json_reply_is_extracted() -> None:
-    assert extract_json_object('  {"region": "ap-south-1"}\n') == {"region": "ap-south-1"}
-
-
-def test_json_inside_prose_is_the_first_balanced_object_that_parses() -> None:
-    text = 'I think {this is not json} but the answer is {"region": "a}b", "nested": {"x": 1}} and {"y": 2}.'
-    assert extract_json_object(text) == {"region": "a}b", "nested": {"x": 1}}
-
-
-def test_undefined_reads_as_null_but_not_inside_strings() -> None:
-    text = '{"region": undefined, "note": "undefined stays text", "limit": 3}'
-    assert extract_json_object(text) == {"region": None, "note": "undefined stays text", "limit": 3}
-
-
-def test_a_reply_without_an_object_gives_none() -> None:
-    assert extract_json_object("I could not find a region in the request.") is None
-    assert extract_json_object('["region"]') is None
-    assert extract_json_object("{ unbalanced") is None
-
-
-def test_nan_is_not_a_parameter_value() -> None:
-    assert extract_json_object('{"limit": NaN}') == {"limit": None}
-
-
-def test_haiku_prices_usage_at_one_and_five_dollars_per_million() -> None:
-    usage = {"input_tokens": 1_000_000, "output_tokens": 200_000}
-    assert haiku_price("claude-haiku-4-5-20251001", usage) == pytest.approx(2.0)
-    assert haiku_price("m", {"input_tokens": "lots", "output_tokens": -3}) == 0.0
-
-
 # --- the key path, over the fake Messages endpoint ------------------------------------------------
 
 
@@ -110,10 +71,16 @@ async def derive_with_key(
     return await derive_parameters(prompt=prompt, scenario=scenario, anthropic_url=anthropic.messages_url, **options)
 
 
+def message(content: list[dict[str, Any]], stop_reason: str, usage: dict[str, Any]) -> Canned:
+    """A whole Messages reply with this content, as the real API shapes one."""
+    body = {"id": "msg_x", "type": "message", "role": "assistant", "model": "claude-haiku-4-5-20251001"}
+    return Canned(200, {**body, "content": content, "stop_reason": stop_reason, "usage": usage})
+
+
 @pytest.mark.anyio
-async def test_a_key_derives_from_a_fenced_reply_and_prices_its_usage() -> None:
+async def test_a_key_derives_from_the_forced_tool_answer_and_prices_its_usage() -> None:
     async with running_fake_anthropic() as anthropic:
-        anthropic.reply_text = '```json\n{"region": "us-east-1", "limit": 50}\n```'
+        anthropic.tool_input = {"region": "us-east-1", "limit": 50}
         anthropic.usage = {"input_tokens": 1000, "output_tokens": 200}
         result = await derive_with_key(anthropic, fleet())
     assert result == Derivation({"region": "us-east-1", "limit": 50}, result.cost_usd, True, (), "anthropic", None)
@@ -125,9 +92,30 @@ async def test_a_key_derives_from_a_fenced_reply_and_prices_its_usage() -> None:
 
 
 @pytest.mark.anyio
+async def test_the_call_forces_one_tool_whose_schema_is_the_params_object() -> None:
+    async with running_fake_anthropic() as anthropic:
+        await derive_with_key(anthropic, fleet(), prompt="riskiest device in us-east-1")
+    [seen] = anthropic.requests
+    assert seen.body["tool_choice"] == {"type": "tool", "name": ANSWER_TOOL, "disable_parallel_tool_use": True}
+    [tool] = seen.body["tools"]
+    assert tool["name"] == ANSWER_TOOL
+    schema = tool["input_schema"]
+    assert (schema["type"], schema["required"], schema["additionalProperties"]) == (
+        "object",
+        ["region", "limit"],
+        False,
+    )
+    region, limit = schema["properties"]["region"], schema["properties"]["limit"]
+    # Every parameter may be null; a number is any number, whatever the sample was.
+    assert (region["type"], limit["type"]) == (["string", "null"], ["number", "null"])
+    assert "the fleet region" in region["description"]
+    assert "null when the request does not name it" in region["description"]
+    assert "null keeps its recorded value" in limit["description"]
+
+
+@pytest.mark.anyio
 async def test_the_extraction_prompt_names_the_intent_each_parameter_and_the_request() -> None:
     async with running_fake_anthropic() as anthropic:
-        anthropic.reply_text = '{"region": "us-east-1"}'
         await derive_with_key(anthropic, fleet(), prompt="riskiest device in us-east-1")
     [prompt] = anthropic.prompts()
     for expected in (
@@ -135,28 +123,46 @@ async def test_the_extraction_prompt_names_the_intent_each_parameter_and_the_req
         '"region" (target): the fleet region. Recorded value: "eu-west-1"',
         '"limit" (setting): how many devices to list. Recorded value: 200',
         "riskiest device in us-east-1",
-        'keys are exactly "region", "limit"',
+        f'Call {ANSWER_TOOL} once; its keys are exactly "region", "limit"',
     ):
         assert expected in prompt
 
 
 @pytest.mark.anyio
-async def test_a_prose_wrapped_reply_fills_settings_from_samples_and_drops_unknown_keys() -> None:
+async def test_a_null_setting_takes_its_sample_and_keys_outside_the_schema_are_dropped() -> None:
     async with running_fake_anthropic() as anthropic:
-        anthropic.reply_text = 'Sure. The values are {"region": "us-east-1", "limit": null, "extra": 1} as asked.'
+        anthropic.tool_input = {"region": "us-east-1", "limit": None, "extra": 1}
         result = await derive_with_key(anthropic, fleet())
     assert result.params == {"region": "us-east-1", "limit": 200}
     assert result.missing == ()
 
 
 @pytest.mark.anyio
-async def test_a_null_or_absent_target_is_named_missing_never_guessed() -> None:
+@pytest.mark.parametrize("answer", [{"region": None}, {}], ids=["null", "absent"])
+async def test_a_null_or_absent_target_is_named_missing_never_guessed(answer: dict[str, Any]) -> None:
     async with running_fake_anthropic() as anthropic:
-        anthropic.reply_text = '{"region": undefined}'
+        anthropic.tool_input = answer
         result = await derive_with_key(anthropic, fleet(), prompt="riskiest device please")
     assert result.params == {"region": None, "limit": 200}
     assert result.missing == ("region",)
     assert result.derived is True
+
+
+@pytest.mark.anyio
+async def test_a_name_the_api_refuses_as_a_property_key_is_asked_under_an_alias_and_read_back() -> None:
+    params = {
+        "file path": {"sampleValue": "a.txt", "description": "the file", "role": "target"},
+        "param_0": {"sampleValue": 1, "description": "a count", "role": "setting"},
+        "x" * 65: {"sampleValue": True, "description": "a flag", "role": "setting"},
+    }
+    async with running_fake_anthropic() as anthropic:
+        anthropic.tool_input = {"param_0_": "b.txt", "param_0": 2, "param_2": False}
+        result = await derive_with_key(anthropic, fleet(params))
+    [seen] = anthropic.requests
+    assert list(seen.body["tools"][0]["input_schema"]["properties"]) == ["param_0_", "param_0", "param_2"]
+    assert '"file path" (target): the file. Recorded value: "a.txt" (answer it as param_0_)' in anthropic.prompts()[0]
+    assert result.params == {"file path": "b.txt", "param_0": 2, "x" * 65: False}
+    assert (result.source, result.missing) == ("anthropic", ())
 
 
 @pytest.mark.anyio
@@ -165,7 +171,6 @@ async def test_the_prompt_live_call_and_recent_results_are_redacted_before_leavi
         return text.replace("hunter2", "[REDACTED]")
 
     async with running_fake_anthropic() as anthropic:
-        anthropic.reply_text = '{"region": "us-east-1"}'
         await derive_with_key(
             anthropic,
             fleet(),
@@ -180,6 +185,28 @@ async def test_the_prompt_live_call_and_recent_results_are_redacted_before_leavi
 
 
 @pytest.mark.anyio
+async def test_the_call_is_priced_from_the_dated_table_at_haikus_one_and_five_dollars_per_million() -> None:
+    async with running_fake_anthropic() as anthropic:
+        anthropic.tool_input = {"region": "x"}
+        anthropic.usage = {"input_tokens": 1_000_000, "output_tokens": 200_000}
+        priced = await derive_with_key(anthropic, fleet())
+        anthropic.usage = {"input_tokens": "lots", "output_tokens": -3}
+        garbage = await derive_with_key(anthropic, fleet())
+    assert priced.cost_usd == pytest.approx(2.0)
+    assert garbage.cost_usd == 0.0
+
+
+@pytest.mark.anyio
+async def test_a_model_the_table_does_not_price_costs_nothing_and_says_so_once(logged: Logged) -> None:
+    async with running_fake_anthropic() as anthropic:
+        anthropic.tool_input = {"region": "x"}
+        result = await derive_with_key(anthropic, fleet(), model="claude-unknown-9")
+    assert (result.source, result.cost_usd) == ("anthropic", 0.0)
+    [line] = events(logged, "replay.derive_unpriced")
+    assert line["model"] == "claude-unknown-9"
+
+
+@pytest.mark.anyio
 async def test_an_injected_price_function_prices_the_reply() -> None:
     priced: list[tuple[str, Mapping[str, Any]]] = []
 
@@ -188,7 +215,7 @@ async def test_an_injected_price_function_prices_the_reply() -> None:
         return 0.5
 
     async with running_fake_anthropic() as anthropic:
-        anthropic.reply_text = '{"region": "x"}'
+        anthropic.tool_input = {"region": "x"}
         result = await derive_with_key(anthropic, fleet(), price=price, model="claude-test")
     assert result.cost_usd == 0.5
     assert priced == [("claude-test", anthropic.usage)]
@@ -215,15 +242,36 @@ async def test_a_wrong_key_falls_back_to_samples() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_reply_without_json_falls_back_but_still_costs_its_tokens(logged: Logged) -> None:
+async def test_a_reply_that_does_not_call_the_tool_falls_back_but_still_costs_its_tokens(logged: Logged) -> None:
     async with running_fake_anthropic() as anthropic:
-        anthropic.reply_text = "I cannot tell which region you mean."
-        anthropic.usage = {"input_tokens": 1000, "output_tokens": 0}
+        text = [{"type": "text", "text": 'I cannot tell which region you mean: {"region": "us-east-1"}'}]
+        anthropic.forced = message(text, "end_turn", {"input_tokens": 1000, "output_tokens": 0})
         result = await derive_with_key(anthropic, fleet())
-    assert (result.source, result.reason, result.derived) == ("samples", "anthropic_not_json", False)
+    assert (result.source, result.reason, result.derived) == ("samples", "anthropic_no_tool_use", False)
     assert result.cost_usd == pytest.approx(0.001)
+    # A JSON object in prose is not an answer: nothing is salvaged from text.
     assert result.params == {"region": None, "limit": 200}
-    assert events(logged, "replay.derive_failed")
+    [line] = events(logged, "replay.derive_failed")
+    assert "stop_reason end_turn" in line["error"]
+
+
+@pytest.mark.anyio
+async def test_a_tool_answer_cut_at_max_tokens_is_no_answer() -> None:
+    async with running_fake_anthropic() as anthropic:
+        block = {"type": "tool_use", "id": "toolu_1", "name": ANSWER_TOOL, "input": {"region": "us-e"}}
+        anthropic.forced = message([block], "max_tokens", {"input_tokens": 10, "output_tokens": 1024})
+        result = await derive_with_key(anthropic, fleet())
+    assert (result.source, result.reason) == ("samples", "anthropic_no_tool_use")
+    assert result.cost_usd > 0
+
+
+@pytest.mark.anyio
+async def test_a_reply_whose_content_is_not_the_messages_shape_still_costs_its_tokens() -> None:
+    async with running_fake_anthropic() as anthropic:
+        anthropic.forced = Canned(200, {"content": "not a list", "usage": {"input_tokens": 1000}})
+        result = await derive_with_key(anthropic, fleet())
+    assert (result.source, result.reason) == ("samples", "anthropic_no_tool_use")
+    assert result.cost_usd == pytest.approx(0.001)
 
 
 @pytest.mark.anyio
@@ -332,7 +380,7 @@ async def test_a_key_is_preferred_over_the_service() -> None:
         running_fake_anthropic() as anthropic,
         ServiceClient(fake.url, fake.token) as service,
     ):
-        anthropic.reply_text = '{"region": "us-east-1"}'
+        anthropic.tool_input = {"region": "us-east-1"}
         result = await derive_with_key(anthropic, fleet(), service=service)
         assert result.source == "anthropic"
         assert fake.requests_to("derive") == []

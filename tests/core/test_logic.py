@@ -14,7 +14,7 @@ from bir.core.logic import (
     eval_tool_output_logic,
     merge_resp_params,
 )
-from bir.core.types import Scenario, ScenarioStep
+from bir.core.types import Scenario, ScenarioStep, parse_scenario
 from bir.evaluator import EvaluatorPool, LogicError
 from tests.paths import load_scenario as fixture
 
@@ -154,7 +154,7 @@ def test_the_contract_names_each_bodys_parameters_as_the_evaluator_compiles_them
 async def test_every_body_that_does_not_compile_is_found_without_running_any(pool: EvaluatorPool) -> None:
     from bir.core.logic import compile_check
 
-    scenario = Scenario.model_validate(
+    scenario = parse_scenario(
         {
             "paramsLogic": "while (true) {}",  # compiles: it is never run here
             "responseParamsLogic": "return { a: ;",

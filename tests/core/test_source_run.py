@@ -18,7 +18,7 @@ def anyio_backend() -> str:
 
 
 def step(index: int | None, tool: str, output: object) -> RecordedStep:
-    return RecordedStep.model_validate({"stepIndex": index, "toolName": tool, "toolOutput": output})
+    return RecordedStep(step_index=index, tool_name=tool, tool_output=output)
 
 
 def test_each_tool_draws_its_own_outputs_in_step_order() -> None:

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
-from bir.core.types import PayloadError, parse_match, parse_qualified_name, parse_recorded_steps, parse_scenario
+from bir.core.types import (
+    MAX_ERROR_CHARS,
+    PayloadError,
+    Scenario,
+    ScenarioStep,
+    parse_match,
+    parse_qualified_name,
+    parse_recorded_steps,
+    parse_scenario,
+)
 from tests.paths import FIXTURES, SCENARIOS
 
 
@@ -46,6 +56,42 @@ def test_what_cannot_be_read_is_said_in_plain_words_not_pydantics() -> None:
     assert str(missing.value) == "scenario: steps.0.toolName: expected text"
 
 
+def test_a_null_where_a_field_has_a_default_reads_as_the_default() -> None:
+    scenario = parse_scenario(
+        {
+            "intent": None,
+            "paramsObject": {"a": {"sampleValue": None, "description": None, "role": None}},
+            "steps": [{"stepIndex": 0, "toolName": "Read", "reasoning": None, "toolInputLogic": None}],
+        }
+    )
+    assert scenario.intent == ""
+    assert (scenario.params_object["a"].description, scenario.params_object["a"].role) == ("", "setting")
+    assert (scenario.steps[0].reasoning, scenario.steps[0].tool_input_logic) == ("", "return {};")
+    assert parse_scenario({"paramsObject": None}).params_object == {}
+
+
+def test_a_step_index_sent_as_text_reads_as_a_number() -> None:
+    scenario = parse_scenario({"steps": [{"stepIndex": "2", "toolName": "Bash"}, {"stepIndex": 1, "toolName": "Read"}]})
+    assert [(s.step_index, s.tool_name) for s in scenario.steps] == [(1, "Read"), (2, "Bash")]
+
+
+def test_a_scenario_built_or_changed_in_code_keeps_its_steps_in_index_order() -> None:
+    late, early = ScenarioStep(step_index=5, tool_name="Bash"), ScenarioStep(step_index=1, tool_name="Read")
+    built = Scenario(steps=(late, early))
+    assert built.steps == (early, late)
+    moved = msgspec.structs.replace(built, steps=(early, msgspec.structs.replace(late, step_index=0)))
+    assert [s.step_index for s in moved.steps] == [0, 1]
+
+
+def test_a_scenario_written_back_has_the_wire_names_and_reads_back_the_same() -> None:
+    scenario = parse_scenario(_fixture("fleet-mixed.json"))
+    wire = msgspec.to_builtins(scenario)
+    assert "paramsObject" in wire
+    assert "stepIndex" in wire["steps"][0]
+    assert "sampleValue" in next(iter(wire["paramsObject"].values()))
+    assert parse_scenario(json.dumps(wire)) == scenario
+
+
 def test_an_unknown_role_is_read_as_a_target_which_is_never_guessed() -> None:
     scenario = parse_scenario({"paramsObject": {"x": {"sampleValue": 1, "role": "subject"}}, "steps": []})
     assert scenario.targets == ("x",)
@@ -64,6 +110,16 @@ def test_a_scenario_that_cannot_be_read_names_the_field(payload: object, field: 
     with pytest.raises(PayloadError) as caught:
         parse_scenario(payload)
     assert field in str(caught.value)
+
+
+def test_an_error_names_the_path_inside_a_match_and_stays_short() -> None:
+    with pytest.raises(PayloadError, match=r"^match: matched\.scenario\.steps\.0\.toolName: "):
+        parse_match({"matched": {"runId": "run_1", "scenario": {"steps": [{"stepIndex": 0}]}}})
+    with pytest.raises(PayloadError, match=r"matched\.runId"):
+        parse_match({"matched": {}})
+    with pytest.raises(PayloadError) as caught:
+        parse_scenario({"paramsObject": {"p" * 10_000: {"role": 5}}})
+    assert len(str(caught.value)) <= MAX_ERROR_CHARS + len("scenario: ")
 
 
 def test_a_match_hit_reads_with_its_scenario() -> None:

@@ -1,4 +1,5 @@
-"""Evaluator tests drive real worker processes running real V8 (and QuickJS) on asyncio."""
+"""Evaluator tests drive real worker processes running real V8 (and QuickJS) on asyncio, behind the
+kernel's walls wherever this kernel offers them: the whole contract and isolation corpus runs walled."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from bir.evaluator import EvaluatorPool
+from bir.evaluator import EvaluatorPool, walls
 
 
 @pytest.fixture(scope="module")
@@ -31,4 +32,6 @@ def engine(request: pytest.FixtureRequest) -> Iterator[str]:
 async def pool(engine: str) -> AsyncIterator[EvaluatorPool]:
     """A shared pool per engine for tests that do not disturb its workers."""
     async with EvaluatorPool(workers=2, timeout_ms=2000, memory_mb=64, max_jobs=100_000, engine=engine) as shared:
+        if walls.all_up(walls.describe()):
+            assert walls.all_up(shared.walls), shared.walls
         yield shared

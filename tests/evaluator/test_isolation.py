@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bir.evaluator import EvaluatorPool, LogicError
+from bir.evaluator import EvaluatorPool, LogicError, walls
 
 pytestmark = pytest.mark.anyio
 
@@ -19,6 +19,8 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(scope="module")
 async def single(engine: str) -> AsyncIterator[EvaluatorPool]:
     async with EvaluatorPool(workers=1, timeout_ms=2000, memory_mb=64, max_jobs=100_000, engine=engine) as one:
+        if walls.all_up(walls.describe()):
+            assert walls.all_up(one.walls), one.walls
         yield one
 
 

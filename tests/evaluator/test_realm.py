@@ -37,6 +37,21 @@ MISSING = [
     "FinalizationRegistry",
     "WeakRef",
     "dukpy",
+    "Temporal",
+    "performance",
+    "DOMException",
+    "call_python",
+    "InternalError",
+]
+# Properties engines add to the intrinsics, which the allowlist takes out (allowlist.py).
+MISSING_PROPERTIES = [
+    "Error.captureStackTrace",
+    "Error.prepareStackTrace",
+    "Intl.v8BreakIterator",
+    "Date.prototype.toTemporalInstant",
+    "Function.prototype.fileName",
+    "Function.prototype.lineNumber",
+    "RegExp.lastMatch",
 ]
 
 
@@ -70,6 +85,32 @@ async def test_each_kind_receives_its_parameters_in_the_contract_order(pool: Eva
 @pytest.mark.parametrize("name", MISSING)
 async def test_a_capability_outside_the_contract_is_absent(pool: EvaluatorPool, name: str) -> None:
     assert await pool.evaluate("paramsLogic", f"return {{t: typeof {name}}}", {}) == {"t": "undefined"}
+
+
+@pytest.mark.parametrize("path", MISSING_PROPERTIES)
+async def test_a_property_an_engine_adds_of_its_own_is_absent(pool: EvaluatorPool, path: str) -> None:
+    holder, _, name = path.rpartition(".")
+    root = holder.split(".")[0]
+    body = f"const h = typeof {root} === 'undefined' ? {{}} : {holder}; return {{own: Object.hasOwn(h, {name!r})}}"
+    assert await pool.evaluate("paramsLogic", body, {}) == {"own": False}
+
+
+async def test_array_from_async_answers_a_promise_and_is_no_constructor(pool: EvaluatorPool) -> None:
+    # It used to overflow the stack in the V8 realm: its wrapper called itself (issue 16).
+    body = (
+        "const p = Array.fromAsync([1, Promise.resolve(2)]); const bad = Array.fromAsync(null);"
+        " bad.catch(() => {}); let constructs = true; try { new Array.fromAsync([]) } catch (e) { constructs = false }"
+        " return {promise: p instanceof Promise, rejected: bad instanceof Promise, constructs,"
+        " name: Array.fromAsync.name, length: Array.fromAsync.length, own: Object.hasOwn(Array.fromAsync, 'prototype')}"
+    )
+    assert await pool.evaluate("paramsLogic", body, {}) == {
+        "promise": True,
+        "rejected": True,
+        "constructs": False,
+        "name": "fromAsync",
+        "length": 1,
+        "own": False,
+    }
 
 
 async def test_symbol_for_and_key_for_are_absent(pool: EvaluatorPool) -> None:

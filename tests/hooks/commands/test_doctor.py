@@ -3,8 +3,8 @@ allowlist, nobody to derive), each with the command that fixes it; the replay bl
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -221,10 +221,10 @@ def test_a_control_server_that_does_not_answer_is_broken() -> None:
     assert control[0].fix == "bir down && bir up"
 
 
-def test_mcp_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_gone(
+def test_the_default_mcp_tool_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_gone(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["install", "--replay", "--mcp-hooks", "--project", str(project)]) == 0
+    assert main(["install", "--replay", "--project", str(project)]) == 0
     capsys.readouterr()
     _, data = doctor_json(capsys, project)
     ok = finding(data, "hooks", "all 7 hooks as expected")
@@ -238,47 +238,59 @@ def test_mcp_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_g
     config_path.write_text(json.dumps(config))
     _, data = doctor_json(capsys, project)
     broken = finding(data, "hooks", "PreToolUse: an mcp_tool hook on the `bir` MCP server, which is not registered")
-    assert (broken["level"], broken["fix"]) == ("broken", "bir install --replay --mcp-hooks")
+    assert (broken["level"], broken["fix"]) == ("broken", "bir install")
 
 
-def test_where_the_local_service_serves_being_signed_out_is_not_broken() -> None:
-    remote = doctor.diagnose(doctor_facts(None, signed_in=False, serving="none"))
-    local = doctor.diagnose(doctor_facts(None, signed_in=False, serving="local"))
-    assert any(f.topic == "derive" and f.level == "broken" for f in remote.findings)
-    assert local.deriver == "the service"
-    assert not [f for f in local.findings if f.topic == "derive"]
-
-
-def test_which_service_serves_is_the_local_one_unless_a_url_or_bir_service_says_otherwise(
-    monkeypatch: pytest.MonkeyPatch,
+def test_every_unwrapped_server_is_named_with_the_mode_its_scenarios_get_and_the_command_that_wraps_it(
+    project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bir.hooks.commands.probes import serving
-
-    signed_out = credentials.Effective(None, None, "none", "none")
-    assert serving(signed_out) == "local"
-    monkeypatch.setenv("BIR_SERVICE", "remote")
-    assert serving(signed_out) == "none"
-    monkeypatch.setenv("BIR_AUTH_URL", "https://svc")
-    assert serving(credentials.Effective("https://svc", "t", "environment", "environment")) == "remote"
-
-
-def test_a_bad_bir_value_is_one_finding_among_the_others_not_a_refusal_to_look(
-    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+    mcp = {"db": {"command": "db-server", "args": ["--ro"]}, "web": {"type": "http", "url": "https://x.invalid"}}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": mcp}))
     assert main(["install", "--replay", "--project", str(project)]) == 0
     capsys.readouterr()
-    monkeypatch.setenv("BIR_STEP_TIMEOUT_MS", "abc")
-    monkeypatch.setenv("BIR_LOGIC_ENGINE", "spidermonkey")
-    code, data = doctor_json(capsys, project)
-    assert code == 1
-    bad = [f for f in data["findings"] if f["topic"] == "config"]
-    assert [(f["level"], f["fix"].split()[:2]) for f in bad] == [
-        ("broken", ["unset", "BIR_LOGIC_ENGINE"]),
-        ("broken", ["unset", "BIR_STEP_TIMEOUT_MS"]),
-    ]
-    assert "got 'abc'" in bad[1]["text"]
-    # The rest of the report is there, judged as if the bad values were unset.
-    assert finding(data, "hooks", "all 7 hooks as expected")["level"] == "ok"
-    assert finding(data, "evaluator", "engine v8")["level"] == "ok"
-    # And nothing of this process's environment was changed by looking.
-    assert (os.environ["BIR_STEP_TIMEOUT_MS"], os.environ["BIR_LOGIC_ENGINE"]) == ("abc", "spidermonkey")
+    _, data = doctor_json(capsys, project)
+    db = finding(data, "servers", "db: not wrapped (not approved in Claude Code yet (db-server --ro))")
+    assert "runs in steer mode instead of direct" in db["text"]
+    assert (db["level"], db["fix"]) == ("warning", "bir install --approve db")
+    web = finding(data, "servers", "web: not wrapped (http server: not wrapped)")
+    assert web["fix"] is None
+    assert not [f for f in data["findings"] if f["topic"] == "servers" and "fleet" in f["text"]]
+
+    assert main(["status", "--project", str(project)]) == 0
+    text = capsys.readouterr().out
+    assert "unwrapped: db (not approved in Claude Code yet (db-server --ro)): its scenarios steer" in text
+    assert "bir install --approve db" in text
+
+
+def with_walls(walls: dict[str, str]) -> DoctorFacts:
+    facts = doctor_facts(health(served=["fleet"], wrapped=["fleet"]))
+    return dataclasses.replace(facts, evaluator=dataclasses.replace(facts.evaluator, walls=walls))
+
+
+def test_doctor_shows_the_kernels_walls_under_the_workers_when_they_are_all_up() -> None:
+    up = {"no_new_privs": "up", "landlock": "up: ABI 7: no files", "seccomp": "up: no sockets"}
+    [shown] = [f for f in doctor.diagnose(with_walls(up)).findings if "walls" in f.text]
+    assert shown.level == "ok"
+    assert "landlock up: ABI 7" in shown.text
+
+
+@pytest.mark.parametrize(
+    ("walls", "fix"),
+    [
+        ({"no_new_privs": "off: BIR_LOGIC_WALLS=0", "landlock": "off: BIR_LOGIC_WALLS=0"}, "unset BIR_LOGIC_WALLS"),
+        ({"no_new_privs": "up", "landlock": "down: no Landlock in this kernel", "seccomp": "up"}, "Landlock"),
+    ],
+)
+def test_a_wall_that_is_off_or_down_is_a_warning_with_what_puts_it_up(walls: dict[str, str], fix: str) -> None:
+    [shown] = [f for f in doctor.diagnose(with_walls(walls)).findings if "walls" in f.text]
+    assert shown.level == "warning"
+    assert shown.fix is not None
+    assert fix in shown.fix
+
+
+def test_the_walls_doctor_reports_are_the_ones_this_kernel_has(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["doctor", "--project", str(project), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert any("walls" in finding["text"] for finding in report["findings"])

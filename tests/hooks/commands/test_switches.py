@@ -185,6 +185,7 @@ async def test_a_running_bir_scenario_lists_nothing_after_bir_off_and_run_scenar
         if isinstance(message, types.ToolListChangedNotification):
             next(event for event in changed if not event.is_set()).set()
 
+    installed.update(project, replay=True)  # run_scenario is listed only while replay is on
     async with control_server(project), bir_scenario(project, tmp_path / "err", on_message=on_message) as client:
         assert [tool.name for tool in (await client.list_tools()).tools] == ["run_scenario"]
         assert main(["off"]) == 0

@@ -186,7 +186,7 @@ async def test_killing_the_proxy_mid_plan_stops_at_that_step_with_the_may_or_may
     slow["paramsObject"]["delay"]["sampleValue"] = 30_000
     scenario.write_text(json.dumps(slow))
     args = ReplayArgs(**{**_args(scenario, params={"region": "eu-west-1"}, project=tmp_path).__dict__, "wraps": {}})
-    async with _running_control_server(tmp_path) as (server, host):
+    async with _running_control_server(tmp_path) as (server, _host):
         run = asyncio.ensure_future(_replay(args))
         with anyio.fail_after(60):
             # Step 3 is the proxy's: taken off the queue, its call in flight upstream.
@@ -194,8 +194,8 @@ async def test_killing_the_proxy_mid_plan_stops_at_that_step_with_the_may_or_may
                 if [w.tool_name for w in server.queue.in_flight()] == ["slow_echo"]:
                     break
                 await asyncio.sleep(0.01)
-            assert host.pid is not None
-            psutil.Process(host.pid).kill()
+            [proxy] = _proxy_processes()
+            proxy.kill()
             code, doc, _ = await run
     assert code == EXIT_FAILED
     assert [s["status"] for s in doc["steps"]] == ["ok", "ok", "skipped"]
