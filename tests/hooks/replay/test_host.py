@@ -127,7 +127,7 @@ async def test_a_command_that_is_not_an_mcp_server_times_out_and_its_whole_tree_
     try:
         with pytest.raises(
             HostSessionError,
-            match=r"^--wrap mute: `sleep 600` did not answer MCP's initialize within 1 s, so it is not a stdio MCP server",
+            match=r"^--wrap mute: `sleep 600` did not answer MCP's initialize within 1 s, so it is not a stdio",
         ):
             await host.start()
         assert any(p.cmdline()[:1] == ["sleep"] for p in new_processes())
