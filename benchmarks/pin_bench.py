@@ -50,6 +50,7 @@ from bir.benchmarks.session_bench import SessionBenchError, find_claude_binary, 
 from bir.benchmarks.stats import percentile
 from bir.core import log
 from bir.hooks import api
+from bir.hooks.commands.result import print_refusal
 from bir.hooks.discovery import write_discovery
 
 REPORT_VERSION: Final = 1
@@ -176,10 +177,12 @@ def pin_check(body: PinBody) -> Callable[[dict[str, Any]], str | None]:
     return check
 
 
-def measure(counts: Counts, *, mode: str, claude: Path | None = None) -> dict[str, Any]:
+def measure(
+    counts: Counts, *, mode: str, claude: Path | None = None, progress: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Start a control server with a live controller for a temporary project; time the hooks, the
     no-work route and the two armed pins, and with a Claude Code binary (``claude``) the whole session;
-    the report.
+    the report. ``progress`` hears which part is being measured.
 
     Raises:
         PinBenchError: a command failed, the server did not start or answered badly, a pin did not pin,
@@ -190,7 +193,8 @@ def measure(counts: Counts, *, mode: str, claude: Path | None = None) -> dict[st
     home = Path(tempfile.mkdtemp(prefix="bir-bench-pin-"))
     bench = BenchServer()
     # The server's log lines go to the temporary home, as a detached server's go to its log file.
-    log.log_to_file(home / "logs" / "control.log")
+    logging = log.logging_to(home / "logs" / "control.log")
+    logging.__enter__()
     try:
         project = home / "project"
         project.mkdir()
@@ -211,9 +215,12 @@ def measure(counts: Counts, *, mode: str, claude: Path | None = None) -> dict[st
             "python_site": [sys.executable, "-c", 'print("{}")'],
             "bir_hook": hook_command(),
         }
+        progress(f"timing bir-hook beside bare command hooks ({counts.warmup + counts.calls} rounds)…")
         series = time_commands(commands, stdin, env, **n)
+        progress("timing the PreToolUse route with no replay work…")
         series["route_no_work"] = time_route(url, token, PRE_TOOL_ROUTE, body, **n)
         for kind in PIN_BODIES:
+            progress(f"timing an armed pin ({kind.replace('_', ' ')})…")
             series[f"pin_{kind}"] = time_pins(
                 url, token, functools.partial(bench.arm, kind, f"bench-armed-{kind}", project), pin_check(kind), **n
             )
@@ -225,8 +232,10 @@ def measure(counts: Counts, *, mode: str, claude: Path | None = None) -> dict[st
         raise PinBenchError(str(exc)) from None
     finally:
         bench.stop()
-        log.set_stream(None)
+        logging.__exit__(None, None, None)
         shutil.rmtree(home, ignore_errors=True)
+    if claude is not None:
+        progress(f"timing whole Claude Code sessions ({claude})…")
     try:
         session = measure_sessions(claude, calls=counts.session_calls, rounds=counts.session_rounds)
     except SessionBenchError as exc:
@@ -404,13 +413,26 @@ def _times(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
-def run_pin_bench(*, quick: bool, as_json: bool, counts: Counts | None = None) -> int:
-    """Run the bench and print a table, or one JSON document; 0 when it measured, 1 when it could not."""
+def run_pin_bench(
+    *,
+    quick: bool,
+    as_json: bool,
+    counts: Counts | None = None,
+    claude: Path | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> int:
+    """Run the bench and print a table, or one JSON document; 0 when it measured, 1 when it could not.
+    ``claude``: the Claude Code binary for the whole session (``bir bench pin --claude``), else the one
+    ``find_claude_binary`` finds."""
     chosen = counts if counts is not None else (QUICK if quick else FULL)
+    binary = claude if claude is not None else find_claude_binary()
     try:
-        report = measure(chosen, mode="quick" if quick else "full", claude=find_claude_binary())
+        report = measure(chosen, mode="quick" if quick else "full", claude=binary, progress=progress)
     except (PinBenchError, PinMeasureError, OSError, subprocess.TimeoutExpired, httpx.HTTPError) as exc:
-        sys.stderr.write(f"bir bench pin: {str(exc)[:MAX_ERROR_CHARS]}\n")
+        print_refusal(
+            "bir bench pin", "could_not_measure", str(exc)[:MAX_ERROR_CHARS], as_json=as_json, out=sys.stdout,
+            err=sys.stderr,
+        )  # fmt: skip
         return 1
     sys.stdout.write(json.dumps(report, indent=2) + "\n" if as_json else render_table(report))
     return 0

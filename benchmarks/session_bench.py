@@ -12,8 +12,9 @@ between two consecutive model requests as the fake receives them (the model's an
 hook, the tool, the PostToolUse hook, the next request): the session's start and end (SessionStart,
 the prompt, Stop) fall outside it. The first gap of a session is left out (its host warms up).
 
-Measured only when a Claude Code binary is at hand: the test peers that ``tests/peers.py`` installs
-into ``<checkout>/.peers/``. Otherwise the report says so and nothing is invented.
+Measured only when a Claude Code binary is at hand: ``bir bench pin --claude PATH``, else ``claude`` on
+``PATH``, else the test peers that ``tests/peers.py`` installs into ``<checkout>/.peers/``. Otherwise the
+report says so and nothing is invented.
 """
 
 from __future__ import annotations
@@ -54,15 +55,21 @@ POLL_S: Final = 0.05
 IDLE_CPU_S: Final = 0.01
 IDLE_WINDOW_S: Final = 0.25
 MAX_ERROR_CHARS: Final = 600
-NOT_AT_HAND: Final = "not measured: no Claude Code binary at hand (the test peers install one into .peers/)"
+NOT_AT_HAND: Final = (
+    "not measured: no Claude Code binary at hand (give one with --claude PATH, or put `claude` on PATH)"
+)
 
 
 class SessionBenchError(Exception):
     """A session could not be measured: claude failed, or the control server did not start."""
 
 
-def find_claude_binary(root: Path | None = None) -> Path | None:
-    """The newest Claude Code binary the test peers installed under ``root/.peers`` (default: this checkout)."""
+def find_claude_binary(root: Path | None = None, path: str | None = None) -> Path | None:
+    """``claude`` on ``path`` (default: ``PATH``), else the newest Claude Code binary the test peers installed
+    under ``root/.peers`` (default: this checkout's)."""
+    on_path = shutil.which("claude", path=path)
+    if on_path is not None:
+        return Path(on_path)
     base = (root if root is not None else Path(__file__).resolve().parents[1]) / ".peers"
     found: list[tuple[tuple[int, ...], Path]] = []
     for binary in base.glob("claude-code-*/node_modules/@anthropic-ai/claude-code-linux-*/claude"):

@@ -262,6 +262,15 @@ _VARS: tuple[Variable, ...] = (
     Variable("BIR_USE_ANTHROPIC_API_KEY", "flag", False, "`1` lets derivation use ANTHROPIC_API_KEY."),
     Variable("BIR_DERIVE_MODEL", "str", "claude-haiku-4-5-20251001", "Model of the derivation call."),
     Variable(
+        "BIR_CONTROL_IDLE_MS",
+        "int",
+        1_800_000,
+        "A control server that has heard from no hook, no proxy and no `bir` server for this long exits "
+        "(the next hook revives it); `0` keeps it running.",
+        ceiling=604_800_000,
+        floor=0,
+    ),
+    Variable(
         "BIR_SERVER_NAME",
         "str",
         None,
@@ -422,6 +431,17 @@ def validate_all(env: Mapping[str, str] | None = None) -> None:
     """
     for var in _VARS:
         value_of(var, env)
+
+
+def invalid_variables(env: Mapping[str, str] | None = None) -> list[tuple[str, ConfigError]]:
+    """Every ``BIR_*`` variable holding a value bir cannot use, with its error (``bir doctor`` lists them)."""
+    found: list[tuple[str, ConfigError]] = []
+    for var in _VARS:
+        try:
+            value_of(var, env)
+        except ConfigError as exc:
+            found.append((var.name, exc))
+    return found
 
 
 class Setting(NamedTuple):

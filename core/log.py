@@ -8,11 +8,13 @@ person). stdout is never touched: on a stdio MCP server it is the protocol chann
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
@@ -85,6 +87,28 @@ def log_to_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Path:
     """
     set_stream(_RotatingFile(path, max_bytes))
     return path
+
+
+@contextlib.contextmanager
+def logging_to(path: Path) -> Iterator[Path]:
+    """Log lines go to ``path`` for the block, then back where they went before (a file is reopened).
+
+    Raises:
+        OSError: the file or its folder cannot be created.
+    """
+    previous = _stream
+    previous_path = previous.path if isinstance(previous, _RotatingFile) else None
+    log_to_file(path)
+    try:
+        yield path
+    finally:
+        if previous_path is not None:
+            try:
+                log_to_file(previous_path)
+            except OSError:
+                set_stream(None)
+        else:
+            set_stream(previous)
 
 
 def logs_dir(home: Path) -> Path:

@@ -62,6 +62,14 @@ class RegisterAnswer(msgspec.Struct, frozen=True, rename="camel"):
     poll_hold_ms: NonNegInt = POLL_HOLD_MS
 
 
+class UnregisterRequest(_Body, frozen=True):
+    """``POST /proxy/unregister``: a ``bir-proxy`` whose host closed the session is gone from now on (an
+    older control server answers 404, and the proxy reads as live until its polls stop counting)."""
+
+    server_name: Name
+    proxy_id: Name
+
+
 class PollRequest(_Body, frozen=True):
     """``POST /proxy/poll``: held up to ``hold_ms`` (at most ``POLL_HOLD_MS``), then answered empty."""
 
@@ -190,7 +198,8 @@ class LastHello(_Body, frozen=True):
 
 class Health(_Body, frozen=True):
     """``GET /health``. ``served``: servers with a proxy polling now; ``wrapped``: every server a proxy
-    registered for since the server started; ``service``: ``ok``, ``cooling`` (after a failure, for
+    registered for since the server started; ``left``: those whose last proxy unregistered (its session
+    closed) and none serves now; ``service``: ``ok``, ``cooling`` (after a failure, for
     ``service_cooling_ms`` more) or ``unconfigured``, absent while no controller is attached."""
 
     ok: bool
@@ -198,6 +207,7 @@ class Health(_Body, frozen=True):
     version: str
     uptime_ms: int
     served: list[str] = msgspec.field(default_factory=list)
+    left: list[str] = msgspec.field(default_factory=list)
     replay: bool = False
     wrapped: list[str] = msgspec.field(default_factory=list)
     last_hello: LastHello | None = None
@@ -373,6 +383,8 @@ PROXY_REGISTER: Final = Route("POST", "/proxy/register", RegisterRequest, Regist
 # Held by the server up to the request's hold; the client adds it.
 PROXY_POLL: Final = Route("POST", "/proxy/poll", PollRequest, PollAnswer, 5.0)
 PROXY_RESULT: Final = Route("POST", "/proxy/result", ResultRequest, Ok, 5.0)
+# A proxy's goodbye: worth a moment, never a wait (a server that does not answer learns it from the silence).
+PROXY_UNREGISTER: Final = Route("POST", "/proxy/unregister", UnregisterRequest, Ok, 1.0)
 PROXY_STEP: Final = Route("POST", "/proxy/step", StepReport, Ok, 5.0)
 SCENARIO_HELLO: Final = Route("POST", "/scenario/hello", Hello, Ok, 1.0)
 # A direct run: bounded by ``BIR_SCENARIO_RUN_TIMEOUT_MS`` at the call.
@@ -387,6 +399,7 @@ ROUTES: Final[tuple[Route[Any, Any], ...]] = (
     PROXY_REGISTER,
     PROXY_POLL,
     PROXY_RESULT,
+    PROXY_UNREGISTER,
     PROXY_STEP,
     SCENARIO_HELLO,
     SCENARIO_RUN,

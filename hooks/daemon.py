@@ -4,7 +4,8 @@
 client, the evaluator pool, the outbox, the recorder, the controller) and then the server with the
 controller as its handler, so nothing is attached after construction and the server never imports
 the session. ``main`` is the console script: it takes the project's lock, publishes the discovery
-file, serves until SIGTERM or SIGINT, and removes the file on the way out.
+file, serves until SIGTERM or SIGINT, or until nothing has used it for ``BIR_CONTROL_IDLE_MS`` (no hook,
+no proxy polling, no ``bir`` server: the next hook revives it), and removes the file on the way out.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,10 @@ async def _sweep_bundles(every_s: float) -> None:
         if removed:
             log_event("control.swept", files=removed)
         await asyncio.sleep(every_s)
+
+
+# How often an idle server looks at its clock, at most (it looks sooner when the idle time is due sooner).
+IDLE_CHECK_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ async def live_session(
             wrapped=wrapped,
             pool=pool,
             service=service,
-            recorder=Recorder(outbox, service.configured),
+            recorder=Recorder(outbox, lambda: service.configured),
             reports=outbox,
             switches=switches or read_switches(project),
             delivery_live=hellos.delivery_tool_live,
@@ -182,33 +188,50 @@ async def _serve(project: Path, port: int, *, quiet_if_running: bool = False) ->
         os.close(lock)
 
 
+async def until_stopped_or_idle(
+    stop: asyncio.Event, server: ControlServer, idle_s: float | None, project: Path | None = None
+) -> bool:
+    """Wait for ``stop``, or for ``server`` to go unused for ``idle_s`` (None: never), counted from now at the
+    earliest (the server is published now; nobody could use it before); True when it went idle. Meanwhile
+    any note a hook left that this server of ``project`` did not answer is cleared: it runs again."""
+    since = time.monotonic()
+    home, pid = config.home(), os.getpid()
+
+    def idle() -> float:
+        return min(server.idle_s(), time.monotonic() - since)
+
+    while True:
+        if project is not None and clear_stalled(home, project, pid):
+            log_event("control.stall_cleared", project=str(project))
+        wait = CLEAR_EVERY_S if idle_s is None else min(IDLE_CHECK_S, CLEAR_EVERY_S, max(0.05, idle_s - idle()))
+        try:
+            await asyncio.wait_for(stop.wait(), wait)
+            return False
+        except TimeoutError:
+            pass
+        if idle_s is not None and idle() >= idle_s:
+            return True
+
+
 async def _serve_locked(project: Path, port: int) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    idle_ms = config.require_int("BIR_CONTROL_IDLE_MS")
     try:
         async with live_session(project, port=port) as live:
             try:
                 path = write_discovery(live.server.discovery(project))
                 log_event("control.published", path=str(path), project=str(project), url=live.server.url)
-                await _until_stopped(stop, project)
+                if await until_stopped_or_idle(stop, live.server, idle_ms / 1000 if idle_ms else None, project):
+                    log_event("control.idle_exit", project=str(project), idle_ms=idle_ms)
             finally:
                 remove_discovery(project, pid=os.getpid())
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     return 0
-
-
-async def _until_stopped(stop: asyncio.Event, project: Path) -> None:
-    """Wait for ``stop``, clearing any note a hook left that this server did not answer: it runs again."""
-    home, pid = config.home(), os.getpid()
-    while not stop.is_set():
-        if clear_stalled(home, project, pid):
-            log_event("control.stall_cleared", project=str(project))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), CLEAR_EVERY_S)
 
 
 def _revive(argv: Sequence[str]) -> int:

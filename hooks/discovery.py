@@ -90,6 +90,20 @@ def read_discovery(project_dir: str | os.PathLike[str]) -> Discovery | None:
     return discovery
 
 
+def all_discoveries(home: Path | None = None) -> list[Discovery]:
+    """Every live control server announced under ``home`` (default ``BIR_HOME``), oldest first."""
+    found: list[Discovery] = []
+    try:
+        paths = sorted(control_dir(home).glob("*.json"))
+    except OSError:
+        return found
+    for path in paths:
+        discovery = _load(path)
+        if discovery is not None and pid_alive(discovery.pid) and path == discovery_path(discovery.project, home):
+            found.append(discovery)
+    return sorted(found, key=lambda d: d.started_at)
+
+
 def remove_discovery(project_dir: str | os.PathLike[str], pid: int | None = None) -> bool:
     """Remove the discovery file of ``project_dir``; True if a file was removed.
 

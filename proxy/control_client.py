@@ -91,6 +91,15 @@ class ProxyLink:
         hold = max(0, min(answer.poll_hold_ms, MAX_POLL_HOLD_MS))
         return Registration(replay=answer.replay, poll_hold_ms=hold)
 
+    async def unregister(self) -> None:
+        """``POST /proxy/unregister``: this proxy is gone (its host closed the session).
+
+        Raises:
+            ControlError: the server did not take it (an older one answers 404).
+        """
+        body = api.UnregisterRequest(server_name=self.server_name, proxy_id=self.proxy_id)
+        await self._client.call(api.PROXY_UNREGISTER, body)
+
     async def poll(self, hold_ms: int) -> api.PollAnswer:
         """``POST /proxy/poll``, held by the server up to ``hold_ms``.
 

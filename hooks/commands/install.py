@@ -10,15 +10,15 @@ and the exit is still 0.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TextIO
 
-from bir.core.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from bir.core.exits import EXIT_OK, EXIT_USAGE
 from bir.hooks import api
-from bir.hooks.commands.result import Subparsers, add_command, json_flag, project_flag
+from bir.hooks.commands.result import CommandError, Subparsers, add_command, json_flag, project_flag, write_json
 from bir.hooks.wiring import (
     Approve,
     Change,
@@ -124,9 +124,9 @@ def add_parser(sub: Subparsers) -> None:
         ),
         (
             "uninstall",
-            "take bir out of a project, restoring what install changed",
-            "only turn replay off (the hooks, the proxies and the `bir` server stay)",
-            ["bir uninstall", "bir uninstall --replay"],
+            "take bir out of a project, restoring what install changed, and stop its control server",
+            "only turn replay off (the hooks, the proxies, the `bir` server and the control server stay)",
+            ["bir uninstall --replay", "bir uninstall"],
         ),
     ):
         cmd = add_command(sub, name, helptext, examples)
@@ -203,10 +203,16 @@ def _approve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> Approve
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``bir install`` or ``bir uninstall``."""
+    """Run ``bir install`` or ``bir uninstall``.
+
+    Raises:
+        CommandError: a file could not be read or written (nothing changed), bir is not installed there,
+            or ``--yes`` and ``--approve`` were both given.
+    """
+    from bir.hooks.commands.switches import stop_server
+
     if args.command == "install" and args.yes and args.approve:
-        sys.stderr.write("bir install: give --yes or --approve, not both\n")
-        return EXIT_USAGE
+        raise CommandError("give --yes or --approve, not both", EXIT_USAGE)
     try:
         if args.command == "install":
             approve = _approve(args, sys.stdin, sys.stdout)
@@ -220,14 +226,23 @@ def run(args: argparse.Namespace) -> int:
         else:
             change = uninstall(args.project, replay_only=args.replay)
     except InstallError as exc:
-        sys.stderr.write(f"bir {args.command}: {exc}\n")
-        return EXIT_FAILED
+        raise CommandError(str(exc)) from None
+    doc = change.to_json()
+    if change.action == "install":
+        doc["wrapCommands"] = {name: rerun(args, name) for name in change.servers_unapproved}
+    text = describe(change, lambda name: rerun(args, name))
+    if args.command == "uninstall" and not args.replay:
+        # Nothing is installed to use it any more: a server left running would hold its V8 workers for nothing.
+        try:
+            stopped = stop_server(Path(change.project))
+        except CommandError as exc:
+            stopped, text = None, f"{text}\n  warning: its control server was not stopped: {exc}"
+            doc["warnings"] = [f"its control server was not stopped: {exc}"]
+        if stopped is not None:
+            text += f"\n  Stopped its control server (pid {stopped.pid})."
+        doc["stoppedServer"] = None if stopped is None else stopped.pid
     if args.json:
-        doc = change.to_json()
-        if change.action == "install":
-            doc["wrapCommands"] = {name: rerun(args, name) for name in change.servers_unapproved}
-        text = json.dumps(doc, indent=2)
+        write_json(doc, sys.stdout)
     else:
-        text = describe(change, lambda name: rerun(args, name))
-    sys.stdout.write(text + "\n")
+        sys.stdout.write(text + "\n")
     return EXIT_OK

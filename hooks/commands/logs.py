@@ -122,7 +122,8 @@ def run_logs(
     path = project_log(project)
     shown = last_lines(path, lines)
     if not shown and not follow_on:
-        write(f"No log yet for {resolve_project(project)} (looked in {path}). `bir up` starts its control server.")
+        if not as_json:  # the log's own JSON lines, and there are none
+            write(f"No log yet for {resolve_project(project)} (looked in {path}). `bir up` starts its control server.")
         return 0
     for line in shown:
         write(printable(line if as_json else human(line)))
@@ -138,11 +139,11 @@ def add_parser(sub: Subparsers) -> None:
         sub,
         "logs",
         "the project's control-server log, readable (JSON lines with --json)",
-        ["bir logs -f", "bir logs -n 200 --json | jq .event"],
+        ["bir logs -n 20", "bir logs -f"],
     )
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
     logs.add_argument("-n", "--lines", type=int, default=50, help="how many of the last lines (default: 50)")
-    logs.add_argument("--json", action="store_true", help="the JSON lines as they are")
+    logs.add_argument("--json", action="store_true", help="the log's own JSON lines as they are, one object a line")
     project_flag(logs)
     logs.set_defaults(run=run)
 

@@ -9,23 +9,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 
 from bir.core import credentials, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.off_switch import OffState, read_off
 from bir.core.paths import resolve_project
 from bir.core.urls import display_url
+from bir.hooks import api
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service, control_facts
-from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
+from bir.hooks.commands.progress import for_command
+from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag, write_json
 from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
 from bir.hooks.commands.term import ago, paint, wants_colour
+from bir.hooks.discovery import Discovery, all_discoveries
 from bir.hooks.local import store_summary, wants_local
 from bir.hooks.wiring import Unwrapped, unwrapped_servers
 
@@ -118,6 +122,7 @@ def _control_json(control: ControlFacts) -> dict[str, Any] | None:
         replay=health.replay,
         wrapped=health.wrapped,
         served=health.served,
+        left=health.left,
         service=health.service,
         serviceCoolingMs=health.service_cooling_ms,
         lastHello=None
@@ -187,6 +192,14 @@ def _service_line(facts: StatusFacts, colour: bool) -> str:
     return f"service:  {words[check.verdict]} — {where}"
 
 
+def _proxy_state(name: str, health: api.Health, colour: bool) -> str:
+    if name in health.served:
+        return "live"
+    if name in health.left:
+        return "none (its session closed)"
+    return paint("no proxy", "yellow", colour)
+
+
 def _control_lines(facts: StatusFacts, colour: bool) -> list[str]:
     control = facts.control
     if control.discovery is None:
@@ -204,7 +217,7 @@ def _control_lines(facts: StatusFacts, colour: bool) -> list[str]:
     ]
     names = sorted(set(health.wrapped) | set(facts.replay.wrapped))
     if names:
-        states = [f"{n} {'live' if n in health.served else paint('no proxy', 'yellow', colour)}" for n in names]
+        states = [f"{n} {_proxy_state(n, health, colour)}" for n in names]
         lines.append("proxies:  " + ", ".join(states))
     else:
         lines.append("proxies:  none registered yet (they start with a Claude Code session)")
@@ -240,27 +253,110 @@ def render_text(facts: StatusFacts, colour: bool = False) -> str:
     return "\n".join(lines)
 
 
+# -- bir status --all -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerRow:
+    """One project's running control server, as ``bir status --all`` lists it."""
+
+    discovery: Discovery
+    uptime_ms: int
+    rss_bytes: int | None  # the server and its children (the evaluator's workers); None: not readable
+    workers: int
+
+    def to_json(self) -> dict[str, Any]:
+        found = self.discovery
+        return {
+            "project": found.project,
+            "pid": found.pid,
+            "url": found.url,
+            "version": found.version,
+            "uptimeMs": self.uptime_ms,
+            "rssBytes": self.rss_bytes,
+            "children": self.workers,
+        }
+
+
+def _memory(pid: int) -> tuple[int | None, int]:
+    """The resident memory of ``pid`` and all its descendants, and how many descendants there are."""
+    try:
+        process = psutil.Process(pid)
+        family = [process, *process.children(recursive=True)]
+    except (psutil.Error, OSError):
+        return None, 0
+    total = 0
+    for member in family:
+        try:
+            total += member.memory_info().rss
+        except (psutil.Error, OSError):
+            continue
+    return total, len(family) - 1
+
+
+def every_server(now_ms: int | None = None) -> list[ServerRow]:
+    """Every project's live control server under ``BIR_HOME``, oldest first."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    rows = []
+    for found in all_discoveries():
+        rss, children = _memory(found.pid)
+        rows.append(ServerRow(found, max(0, now - found.started_at), rss, children))
+    return rows
+
+
+def _megabytes(size: int | None) -> str:
+    return "RSS unknown" if size is None else f"RSS {size / (1024 * 1024):.0f} MB"
+
+
+def render_all(rows: list[ServerRow]) -> str:
+    """``bir status --all`` for a person."""
+    if not rows:
+        return "No control server is running."
+    total = sum(r.rss_bytes or 0 for r in rows)
+    lines = [f"{len(rows)} control server{'s' if len(rows) != 1 else ''} running ({_megabytes(total)} in all):"]
+    for row in rows:
+        found = row.discovery
+        lines.append(
+            f"  {found.project}: pid {found.pid}, up {ago(row.uptime_ms)}, {_megabytes(row.rss_bytes)}"
+            f" (with {row.workers} child process{'es' if row.workers != 1 else ''}), {found.url}"
+        )
+    lines.append("  To stop one: bir down --project DIR; all of them: bir down --all")
+    return "\n".join(lines)
+
+
 def add_parser(sub: Subparsers) -> None:
     """Register ``bir status``."""
     cmd = add_command(
         sub,
         "status",
-        "one screen: installed, replay, control server, proxies, the bir server, the service",
-        ["bir status", "bir status --project ~/src/app --json"],
+        "one screen: installed, replay, control server, proxies, the bir server, the service"
+        " (--all: every project's control server)",
+        ["bir status", "bir status --project ~/src/app --json", "bir status --all"],
         CHECK_EXIT_CODES,
     )
     project_flag(cmd)
+    cmd.add_argument(
+        "--all", action="store_true", help="every project's running control server, with its memory and uptime"
+    )
     json_flag(cmd)
     cmd.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bir status``; 1 when something is broken."""
-    log_for_later()
-    facts = asyncio.run(gather(args.project))
+    if args.all:
+        rows = every_server()
+        if args.json:
+            write_json({"servers": [row.to_json() for row in rows]}, sys.stdout)
+        else:
+            sys.stdout.write(render_all(rows) + "\n")
+        return EXIT_OK
+    with for_command(args) as progress:
+        progress("asking the control server and the service…")
+        facts = asyncio.run(gather(args.project))
     broken = bool(assess(facts))
     if args.json:
-        sys.stdout.write(json.dumps(render_json(facts), indent=2, ensure_ascii=False) + "\n")
+        write_json(render_json(facts), sys.stdout)
     else:
         sys.stdout.write(render_text(facts, wants_colour(sys.stdout)) + "\n")
     return EXIT_FAILED if broken else EXIT_OK

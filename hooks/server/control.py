@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bir import __version__
 from bir.core import config
@@ -54,6 +55,41 @@ class _Uvicorn(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         self.ready.set()
+
+
+class _Activity:
+    """ASGI middleware that knows when the server was last used: a request other than ``/health`` in
+    flight (a parked poll is a live proxy) keeps it busy, and one answered marks the time. A request the
+    guard refused (401, 403) is not use."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+        self._busy = 0
+        self._last = time.monotonic()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") == "/health":
+            await self._app(scope, receive, send)
+            return
+        status = 0
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        self._busy += 1
+        try:
+            await self._app(scope, receive, sent)
+        finally:
+            self._busy -= 1
+            if status not in (401, 403):
+                self._last = time.monotonic()
+
+    def idle_s(self) -> float:
+        """Seconds since the last use; 0 while a request is in flight."""
+        return 0.0 if self._busy else time.monotonic() - self._last
 
 
 def _is_loopback(host: str) -> bool:
@@ -102,6 +138,8 @@ class ControlServer:
         # The Host values a request may carry: this server's own address, known once it is bound.
         self.hosts: frozenset[bytes] = frozenset()
         self.app = build_app(self)
+        # Wraps ``app`` as it is when the server starts (a test may wrap the app before that).
+        self._activity: _Activity | None = None
 
     @property
     def replay_enabled(self) -> bool:
@@ -114,6 +152,11 @@ class ControlServer:
 
     def uptime_ms(self) -> int:
         return int((time.monotonic() - self._started) * 1000)
+
+    def idle_s(self) -> float:
+        """Seconds since a hook, a proxy or ``bir-scenario`` last used the server (``/health`` does not
+        count); 0 while one is in flight, such as a proxy's parked poll."""
+        return 0.0 if self._activity is None else self._activity.idle_s()
 
     # -- state the routes feed -----------------------------------------------------------------
 
@@ -203,8 +246,9 @@ class ControlServer:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_host, bound_port = sock.getsockname()[:2]
         self.hosts = _own_hosts(bound_host, bound_port)
+        self._activity = _Activity(self.app)
         cfg = uvicorn.Config(
-            self.app,
+            self._activity,
             http=protocol_for(self.connections),
             log_config=None,
             access_log=False,

@@ -249,6 +249,7 @@ def build_app(server: ServerState) -> Starlette:
                 version=server.version,
                 uptime_ms=server.uptime_ms(),
                 served=served,
+                left=server.queue.left(),
                 replay=server.replay_enabled,
                 wrapped=sorted(server.wrapped),
                 last_hello=server.hellos.last(),
@@ -271,6 +272,10 @@ def build_app(server: ServerState) -> Starlette:
             host_pid=body.host_pid,
         )
         return json_response(api.RegisterAnswer(replay=server.replay_enabled, poll_hold_ms=POLL_HOLD_MS))
+
+    async def proxy_unregister(request: Request) -> Response:
+        body, _ = await parse_body(request, api.UnregisterRequest)
+        return json_response(api.Ok(ok=server.queue.unregister(body.proxy_id, body.server_name)))
 
     async def proxy_poll(request: Request) -> Response:
         body, _ = await parse_body(request, api.PollRequest)
@@ -376,6 +381,7 @@ def build_app(server: ServerState) -> Starlette:
         api.REPLAY_CALL.path: replay_call,
         api.PROXY_REGISTER.path: proxy_register,
         api.PROXY_POLL.path: proxy_poll,
+        api.PROXY_UNREGISTER.path: proxy_unregister,
         api.PROXY_RESULT.path: proxy_result,
         api.PROXY_STEP.path: proxy_step,
         api.SCENARIO_HELLO.path: scenario_hello,

@@ -152,6 +152,8 @@ class ProxyWorkQueue:
         self._hosts: dict[str, int] = {}
         self._order = 0
         self._closed = False
+        # server name → when its last proxy unregistered (its host closed the session).
+        self._left: dict[str, float] = {}
         self._seen = asyncio.Event()  # set (and replaced) each time a proxy is heard from
 
     # -- proxies -------------------------------------------------------------------------------
@@ -208,6 +210,28 @@ class ProxyWorkQueue:
             if proxy.session_id == session_id:
                 proxy.session_id = None
 
+    def unregister(self, proxy_id: str, server_name: str) -> bool:
+        """A proxy whose host closed the session: forget it now, and fail the calls still queued for it
+        (nothing of them ran). False when it was not known."""
+        proxy = self._proxies.get(proxy_id)
+        if proxy is None or proxy.server_name != server_name:
+            return False
+        self._drop(proxy)
+        for call in proxy.queue:
+            if not call.outcome.done():
+                call.outcome.set_exception(ProxyExitedError(f"the {server_name} proxy left before it took the call"))
+        proxy.queue.clear()
+        if not self.is_served(server_name):
+            self._left[server_name] = self._clock()
+            while len(self._left) > MAX_PROXIES:
+                del self._left[next(iter(self._left))]
+        log_event("proxy.unregistered", server=server_name, proxy_id=proxy_id)
+        return True
+
+    def left(self) -> list[str]:
+        """The servers whose last proxy unregistered and that no proxy serves now."""
+        return sorted(name for name in self._left if not self.is_served(name))
+
     def host_of(self, session_id: str) -> int | None:
         """The host pid the session's hooks named, if any."""
         return self._hosts.get(session_id)
@@ -215,7 +239,10 @@ class ProxyWorkQueue:
     def is_served(self, server_name: str) -> bool:
         """Whether a live proxy for the server (its host running) has polled within the last ``stale_after_s``."""
         now = self._clock()
-        return any(p.server_name == server_name and self._live(p, now) for p in self._proxies.values())
+        return any(
+            p.server_name == server_name and self._live(p, now) and (p.pid is None or pid_alive(p.pid))
+            for p in self._proxies.values()
+        )
 
     async def wait_served(self, server_name: str) -> None:
         """Return once a proxy for ``server_name`` has polled or registered (bound it with a timeout)."""
@@ -391,6 +418,7 @@ class ProxyWorkQueue:
         proxy.last_seen = now
         if pid is not None:
             proxy.pid = pid
+        self._left.pop(server_name, None)
         if host_pid is not None and host_pid > 1:
             proxy.host_pid = host_pid
         seen, self._seen = self._seen, asyncio.Event()

@@ -13,7 +13,7 @@ service nothing is enqueued at all. bir's own calls (``is_housekeeping``) are ne
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -60,20 +60,30 @@ def usage_to_wire(usage: Sequence[ModelUsage]) -> list[dict[str, Any]]:
 
 
 class Recorder:
-    """Records the runs of one control server. ``outbox`` may be None only when ``service_configured`` is false."""
+    """Records the runs of one control server. ``outbox`` may be None only when ``service_configured`` is false.
+
+    ``service_configured`` may be a callable, asked at each use: a control server's service client
+    follows ``bir login`` and ``bir logout`` while it runs, and so does what it records.
+    """
 
     def __init__(
         self,
         outbox: Outbox | None,
-        service_configured: bool,
+        service_configured: bool | Callable[[], bool],
         *,
         max_output_chars: int = MAX_OUTPUT_CHARS,
         max_runs: int = MAX_RUNS,
     ) -> None:
-        self._outbox = outbox if service_configured else None
+        self._given_outbox = outbox
+        self._configured = service_configured
         self._max_output_chars = max_output_chars
         self._max_runs = max_runs
         self._runs: OrderedDict[str, _Run] = OrderedDict()
+
+    @property
+    def _outbox(self) -> Outbox | None:
+        configured = self._configured() if callable(self._configured) else self._configured
+        return self._given_outbox if configured else None
 
     @property
     def sending(self) -> bool:
@@ -118,10 +128,11 @@ class Recorder:
         if step_index is None:
             step_index = run.next_index
         run.next_index = max(run.next_index, step_index + 1)
-        if self._outbox is None:
+        outbox = self._outbox
+        if outbox is None:
             return step_index
         body = self._body(tool_name, tool_input, tool_output, error, duration_ms)
-        self._outbox.enqueue_step(run_id, step_index, {"stepIndex": step_index, **body})
+        outbox.enqueue_step(run_id, step_index, {"stepIndex": step_index, **body})
         return step_index
 
     def hold(
@@ -164,8 +175,9 @@ class Recorder:
             body = run.held.pop(key)
             step_index = run.next_index
             run.next_index += 1
-            if self._outbox is not None:
-                self._outbox.enqueue_step(run_id, step_index, {"stepIndex": step_index, **body})
+            outbox = self._outbox
+            if outbox is not None:
+                outbox.enqueue_step(run_id, step_index, {"stepIndex": step_index, **body})
         return len(keys)
 
     def _body(
@@ -203,7 +215,8 @@ class Recorder:
         # A step still held goes first, as it settled: the finish is the run's last word.
         self.flush(run_id, ())
         run.finished = True
-        if self._outbox is None:
+        outbox = self._outbox
+        if outbox is None:
             return False
         body: dict[str, Any] = {
             "output": cut_counted(redact_text(output or ""), self._max_output_chars),
@@ -213,7 +226,7 @@ class Recorder:
             "measured": bool(measured),
             "pricingVersion": pricing_version,
         }
-        return self._outbox.enqueue_finish(run_id, body)
+        return outbox.enqueue_finish(run_id, body)
 
     def _input(self, tool_input: object) -> object:
         cleaned = redact(tool_input)

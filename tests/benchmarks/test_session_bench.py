@@ -22,11 +22,20 @@ def _binary(root: Path, version: str) -> Path:
 
 
 def test_the_newest_claude_code_the_peers_installed_is_the_one_used(tmp_path: Path) -> None:
-    assert find_claude_binary(tmp_path) is None
+    assert find_claude_binary(tmp_path, path="") is None
     _binary(tmp_path, "2.1.197")
     newest = _binary(tmp_path, "2.1.332")
     _binary(tmp_path, "2.1.40")
-    assert find_claude_binary(tmp_path) == newest
+    assert find_claude_binary(tmp_path, path="") == newest
+
+
+def test_claude_on_path_is_found_before_the_test_peers(tmp_path: Path) -> None:
+    _binary(tmp_path, "2.1.332")
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "claude").write_text("#!/bin/sh\n")
+    (folder / "claude").chmod(0o755)
+    assert find_claude_binary(tmp_path, path=f"/nonexistent:{folder}") == folder / "claude"
 
 
 def test_with_no_binary_at_hand_the_session_is_said_not_measured() -> None:

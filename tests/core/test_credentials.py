@@ -58,8 +58,8 @@ def test_the_service_client_falls_back_to_the_stored_sign_in() -> None:
     client = ServiceClient()
     assert client.configured
     assert client.base_url == "https://stored.example.com"
-    assert client._token == "stored-token"
-    assert ServiceClient("https://elsewhere.example.com")._token is None
+    assert client._sign_in() == ("https://stored.example.com", "stored-token")
+    assert ServiceClient("https://elsewhere.example.com")._sign_in() == ("https://elsewhere.example.com", None)
 
 
 def test_removing_the_sign_in_says_whether_there_was_one() -> None:

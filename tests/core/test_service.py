@@ -405,6 +405,33 @@ async def test_recording_without_a_service_url_raises_not_configured(monkeypatch
 
 
 @pytest.mark.anyio
+async def test_a_client_made_signed_out_follows_a_later_login_and_logout_at_its_next_request(
+    logged: Callable[[], list[dict[str, Any]]],
+) -> None:
+    from bir.core import credentials
+
+    fake = FakeBaseIn()
+    fake.add_scenario(scenario_fixture())
+    async with running_fake_service(fake) as svc, ServiceClient() as client:
+        assert not client.configured
+        with pytest.raises(ServiceError) as refused:
+            await client.get_scenario("scn_fleet_direct")
+        assert refused.value.kind == "not_configured"
+
+        credentials.save(svc.url, svc.token)
+        assert client._sign_in() == (svc.url, svc.token)
+        assert (await client.get_scenario("scn_fleet_direct")).id == "scn_fleet_direct"
+        assert svc.requests_to("scenario")[-1].headers["authorization"] == f"Bearer {svc.token}"
+
+        credentials.remove()
+        assert client._sign_in() == (None, None)
+        with pytest.raises(ServiceError):
+            await client.get_scenario("scn_fleet_direct")
+    changes = [line for line in logged() if line["event"] == "service.sign_in_changed"]
+    assert [(c["url"], c["token"]) for c in changes] == [(svc.url, True), (None, False)]
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("where", ["environment", "stored"])
 async def test_plain_http_to_another_host_is_refused_before_anything_is_sent(
     monkeypatch: pytest.MonkeyPatch, where: str

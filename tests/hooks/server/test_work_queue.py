@@ -391,6 +391,41 @@ async def test_a_call_whose_proxy_exits_after_taking_it_may_or_may_not_have_run(
     assert "may or may not have run" in str(error)
 
 
+async def test_a_proxy_whose_process_is_gone_is_not_served() -> None:
+    queue = ProxyWorkQueue()
+    queue.register("fleet", "p-dead", pid=await _exited_pid())
+    assert not queue.is_served("fleet")
+
+
+async def test_a_proxy_that_unregisters_is_gone_at_once_and_its_server_is_listed_as_left() -> None:
+    queue = ProxyWorkQueue()
+    queue.register("fleet", "p1", pid=None)
+    assert queue.is_served("fleet")
+    outcome: list[WorkQueueError] = []
+
+    async def call() -> None:
+        try:
+            await queue.call("fleet", "get_device", {}, 30)
+        except WorkQueueError as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            await anyio.wait_all_tasks_blocked()
+            assert queue.stats()["queued"] == 1
+            assert not queue.unregister("p1", "chrome")  # not its server: nothing happens
+            assert queue.unregister("p1", "fleet")
+    assert not queue.is_served("fleet")
+    assert queue.left() == ["fleet"]
+    assert [type(e) for e in outcome] == [ProxyExitedError]  # queued, never taken: nothing ran
+    assert queue.stats() == {"proxies": 0, "queued": 0, "calls": 0, "sessions": 0, "parked": 0}
+    assert not queue.unregister("p1", "fleet")
+    # A proxy of a new session for it: the server is no longer one that was left.
+    queue.register("fleet", "p2")
+    assert queue.left() == []
+
+
 async def _serve_as(queue: ProxyWorkQueue, proxy_id: str, served: list[str]) -> None:
     work = await queue.wait_for_work("fleet", proxy_id, 30)
     if work is not None:
