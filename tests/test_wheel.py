@@ -9,6 +9,7 @@ demo fleet with ``python -m``, ``bench eval`` the shipped workers and floor (abo
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -177,3 +178,27 @@ def test_each_quick_bench_runs_from_the_installed_package(
     assert expected in done.stdout, done.stdout[:2000]
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert not any(installed.workdir.iterdir()), "the bench wrote into its working folder"
+
+
+def test_bir_demo_runs_the_whole_loop_from_the_installed_package_in_a_home_of_its_own(installed: Installed) -> None:
+    done = _run(
+        [str(installed.bin / "bir"), "demo", "--json"],
+        cwd=installed.workdir,
+        env=installed.env,
+        timeout=INSTALL_TIMEOUT_S,
+    )
+    _must(done, "bir demo --json")
+    document = json.loads(done.stdout)
+    assert document["ok"] is True, document["error"]
+    stages = document["stages"]
+    assert stages["calculated"]["state"] == "ready"
+    assert (stages["turnTwo"]["rule"], stages["turnTwo"]["params"]) == ("slot", {"region": "us-east-1"})
+    assert [call["tool"] for call in stages["turnTwo"]["ran"]] == ["list_devices", "get_device"]
+    assert stages["booked"]["outcome"] == "steered_full"
+    assert stages["booked"]["stats"]["savedTokens"] == stages["turnOne"]["tokens"] - stages["turnTwo"]["tokens"]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert '"event"' not in done.stderr, "a log line reached the terminal"
+    # The demo's home was its own and is gone; the environment's home got nothing.
+    assert not Path(stages["setup"]["birHome"]).exists()
+    assert not (Path(installed.env["BIR_HOME"]) / "local").exists()
+    assert not any(installed.workdir.iterdir()), "the demo wrote into its working folder"
