@@ -48,10 +48,12 @@ _EPS: Final = 1e-12
 _PREFIX: Final = "inner."
 
 
-def _numpy() -> Any:
+def numpy_module() -> Any:
     """numpy, with one BLAS thread when it is first imported here: for a prompt's few dozen tokens a second
     thread costs more than it saves (4x slower at p50 on a busy 2-core machine), and the control server
-    shares its cores with the evaluator's workers. A value set in the environment wins."""
+    shares its cores with the evaluator's workers. A value set in the environment wins. Every import of
+    numpy in the local service goes through here (the index reads stored vectors in a thread of its own,
+    which may come first): OpenBLAS reads the variable once, when numpy loads it."""
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import numpy
@@ -214,7 +216,7 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int, Any]]:
 
 def _read_onnx(data: bytes) -> tuple[dict[str, Any], list[tuple[str, list[str], list[str]]]]:
     """The initializers (name → array) and the nodes (op, inputs, outputs) of an ONNX model's graph."""
-    np = _numpy()
+    np = numpy_module()
 
     dtypes = {1: np.float32, 3: np.int8, 7: np.int64, 9: np.bool_}
     view = memoryview(data)
@@ -275,7 +277,7 @@ class MiniLM:
     """all-MiniLM-L6-v2 in numpy. ``embed`` is thread-safe (it only reads the weights)."""
 
     def __init__(self, data: bytes, tokenizer: WordPiece) -> None:
-        np = _numpy()
+        np = numpy_module()
 
         arrays, nodes = _read_onnx(data)
         # A weight's layer is named by the bias its MatMul's result is added to.
