@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +74,33 @@ print("numpy" in sys.modules, os.environ.get("OPENBLAS_NUM_THREADS"))
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True)
     assert done.stdout.split() == ["True", "1"]
+
+
+def test_the_embedder_keeps_the_vectors_it_computed_last_and_forgets_the_oldest() -> None:
+    model = MiniLM.load()
+    computed: list[str] = []
+    forward = model.embed
+
+    def counted(text: str) -> Any:
+        computed.append(text)
+        return forward(text)
+
+    model.embed = counted  # type: ignore[method-assign]
+    embedder = Embedder(load=lambda: model, cache_entries=2)
+    assert embedder.wait(10.0)
+    first = embedder.embed("list the open incidents for fleet {region}")
+    assert first is not None
+    assert embedder.embed("list the open incidents for fleet {region}") is first
+    assert embedder.hits == 1
+    assert not first.flags.writeable
+    embedder.embed("show the riskiest device in {region}")
+    embedder.embed("count the failed jobs of {target}")
+    again = embedder.embed("list the open incidents for fleet {region}")
+    assert again is not None
+    assert float(again @ first) == pytest.approx(1.0, abs=1e-6)
+    assert computed == [
+        "list the open incidents for fleet {region}",
+        "show the riskiest device in {region}",
+        "count the failed jobs of {target}",
+        "list the open incidents for fleet {region}",
+    ]
