@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
@@ -35,6 +35,9 @@ from bir.core.paths import project_key
 from bir.core.truncate import cut
 from bir.hooks.commands.demo_host import CONTEXT_TOKENS, MODEL, DemoHost, HostError, text_of
 from bir.hooks.commands.result import CommandResult, Subparsers, add_command, json_flag, print_result
+
+if TYPE_CHECKING:
+    from bir.hooks.local.store import RunRow, Store
 
 FIRST: Final = "find the riskiest device in eu-west-1 and show its details"
 SECOND: Final = "find the riskiest device in us-east-1 and show its details"
@@ -165,7 +168,7 @@ class Demo:
         finally:
             errlog.close()
 
-    def _set_up(self, service_url: str, store: Any) -> None:
+    def _set_up(self, service_url: str, store: Store) -> None:
         self.stages["setup"] = {
             "birHome": str(self.home),
             "project": str(self.project),
@@ -179,7 +182,7 @@ class Demo:
             "   model's part is a script; its tokens are counted as a Claude Code request would carry them."
         )
 
-    async def _turn_one(self, host: DemoHost, store: Any) -> str:
+    async def _turn_one(self, host: DemoHost, store: Store) -> str:
         self.say(f'\n2. Turn one: "{FIRST}"')
         turn = host.begin(str(uuid.uuid4()), FIRST)
         began = time.monotonic()
@@ -223,7 +226,7 @@ class Demo:
         )
         return str(run.id)
 
-    async def _calculated(self, store: Any, run_id: str) -> str:
+    async def _calculated(self, store: Store, run_id: str) -> str:
         row = await _until("turn one's scenario being calculated", lambda: store.scenario_of_run(run_id))
         body = row.body
         stage: dict[str, Any] = {"scenarioId": row.id, "state": row.state, "intent": body.get("intent")}
@@ -249,7 +252,7 @@ class Demo:
         stage.update(parameters=params, steps=steps)
         return str(row.id)
 
-    async def _turn_two(self, host: DemoHost, store: Any, scenario_id: str) -> str:
+    async def _turn_two(self, host: DemoHost, store: Store, scenario_id: str) -> str:
         self.say(f'\n4. Turn two: "{SECOND}"')
         turn = host.begin(str(uuid.uuid4()), SECOND)
         began = time.monotonic()
@@ -293,7 +296,7 @@ class Demo:
         self.say(f"   the model answers from the results: {turn.requests} model requests, {turn.tokens:,} tokens")
         return str(ticket.ticket)
 
-    async def _booked(self, store: Any, scenario_id: str, ticket: str) -> None:
+    async def _booked(self, store: Store, scenario_id: str, ticket: str) -> None:
         from bir.hooks.local.runtime import stats_of
 
         rows = await _until(
@@ -319,7 +322,7 @@ class Demo:
         )
 
 
-def _finished_run(store: Any, prompt: str) -> Any:
+def _finished_run(store: Store, prompt: str) -> RunRow | None:
     for run in store.runs(None, limit=10):
         if run.input == prompt and run.finish is not None:
             return run

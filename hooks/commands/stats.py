@@ -63,6 +63,7 @@ def _text(data: dict[str, object]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bir stats``."""
+    from bir.hooks.local.booking import totals
     from bir.hooks.local.runtime import stats_of
     from bir.hooks.local.store import Store, StoreError, default_path
 
@@ -76,15 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         data: dict[str, object] = {
             "scenarios": [],
-            "totals": {
-                "scenarios": 0,
-                "hits": 0,
-                "replays": 0,
-                "savedUsd": 0.0,
-                "savedTokens": 0,
-                "tokenReplays": 0,
-                "savedSeconds": 0.0,
-            },
+            "totals": totals([]),
             "store": {"runs": 0, "ready": 0, "bytes": 0},
         }
     else:
