@@ -56,6 +56,16 @@ class ModelUsage:
     def total_tokens(self) -> int:
         return sum(self.as_usage().values())
 
+    def to_wire(self) -> dict[str, str | int]:
+        """The service's camelCase usage object (a finish's and an execution report's ``usage`` items)."""
+        return {
+            "model": self.model,
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "cacheCreationInputTokens": self.cache_creation_input_tokens,
+            "cacheReadInputTokens": self.cache_read_input_tokens,
+        }
+
 
 @dataclass(frozen=True)
 class UsageMark:

@@ -35,6 +35,7 @@ from bir.core.paths import pid_alive
 from bir.evaluator import EvaluatorPool
 from bir.examples.fleet_server import list_devices_in
 from bir.hooks.discovery import read_discovery
+from bir.hooks.local.store import Store, default_path
 from bir.proxy.scenario_answer import RESPONSE_MODEL_LEAD
 from tests.claude_host import ClaudeRun, claude_home, run_claude, write_project
 from tests.fakes.baseinsvc import Canned, FakeBaseIn
@@ -777,3 +778,120 @@ def test_a_file_that_tries_to_redirect_a_pinned_command_into_another_file_leaves
     assert "Step 2 of 2 (Bash) did not run" in refusal
     assert [e["step"] for e in case.log_events("replay.input_refused")] == [1]
     assert case.log_events("replay.pinned")[-1]["step"] == 0
+
+
+LOCAL_SECOND_PROMPT = "find the riskiest device in us-east-1 and show its details"
+
+
+def test_with_no_service_configured_turn_one_is_recorded_and_turn_two_with_another_region_replays_locally(
+    claude_binary: Path, tmp_path: Path
+) -> None:
+    """Issue 18's "Done when": a project set up only by ``bir install --replay``, no service configured (no
+    BIR_AUTH_URL, not signed in), one real session in two turns (the second ``--resume``s the first). The
+    control server the first hook revives uses the local service: turn one is recorded and calculated, turn
+    two with another region is matched by slot and run by ``run_scenario``, and ``bir stats`` shows the
+    booked saving."""
+    root = tmp_path.resolve()
+    fleet = {
+        "command": sys.executable,
+        "args": ["-m", "bir.examples.fleet_server"],
+        "env": {"FLEET_CALL_LOG": str(root / "fleet-calls.jsonl")},
+    }
+    # A fresh project: its .mcp.json server approved by `bir install --replay --yes`, as a user does it.
+    project = write_project(root / "project", mcp_servers={"fleet": fleet})
+    env = {
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        "HOME": str(claude_home(root)),
+        "BIR_HOME": os.environ["BIR_HOME"],
+    }
+    claude_home(root).mkdir(parents=True, exist_ok=True)
+    case = Case(root, project, FakeBaseIn(), env)
+    installed = case.bir("install", "--replay", "--yes", "--project", str(project))
+    assert installed.returncode == 0, installed.stderr
+    assert read_discovery(project) is None, "no control server yet: the session's first hook revives one"
+    eu = max(list_devices_in("eu-west-1"), key=lambda row: row["risk"])
+    us = max(list_devices_in("us-east-1"), key=lambda row: row["risk"])
+    try:
+
+        def pick(request: ApiRequest) -> Turn:
+            rows = tool_json(request, "toolu_list")
+            return call("mcp__fleet__get_device", {"id": max(rows, key=lambda r: r["risk"])["id"]}, tool_id="toolu_get")
+
+        first_api = FakeMessagesApi(
+            [
+                call("mcp__fleet__list_devices", {"region": "eu-west-1"}, tool_id="toolu_list"),
+                pick,
+                lambda request: say("The riskiest: " + request.tool_result_text("toolu_get")[:200]),
+            ]
+        )
+        with first_api.serve():
+            first = case.claude(claude_binary, first_api)
+        assert first.exit_code == 0, first.describe()
+        assert first_api.failures == []
+        assert DIRECTIVE_TAG not in first_api.requests[0].text()
+        assert [c["tool"] for c in case.fleet_calls()] == ["list_devices", "get_device"]
+
+        store = Store(default_path(Path(env["BIR_HOME"])))
+        try:
+
+            def calculated() -> bool:
+                rows = [store.scenario_of_run(run.id) for run in store.runs(str(project))]
+                return any(row is not None and row.state == "ready" for row in rows)
+
+            wait_for(calculated, 90, "turn one's scenario calculated and ready in the local store")
+        finally:
+            store.close()
+
+        second_api = FakeMessagesApi(
+            [
+                call(RUN_SCENARIO, {}, tool_id="toolu_run"),
+                lambda request: say("From the replay: " + request.tool_result_text("toolu_run")[:200]),
+            ]
+        )
+        with second_api.serve():
+            second = run_claude(
+                claude_binary,
+                project,
+                LOCAL_SECOND_PROMPT,
+                api_url=second_api.url,
+                env_extra=env,
+                case_dir=root,
+                extra_args=PRICED_MODEL,
+                allowed_tools=["mcp__fleet"],
+                session_id=first.session_id,
+                resume=True,
+            )
+        assert second.exit_code == 0, second.describe()
+        assert second_api.failures == []
+        asked = second_api.requests[0].text()
+        assert DIRECTIVE_TAG in asked
+        assert "Call mcp__bir__run_scenario once" in asked
+        ran = second_api.requests[1].tool_result_text("toolu_run")
+        assert f'"id": "{us["id"]}"' in ran
+        assert [(c["tool"], c["arguments"].get("region") or c["arguments"].get("id")) for c in case.fleet_calls()] == [
+            ("list_devices", "eu-west-1"),
+            ("get_device", eu["id"]),
+            ("list_devices", "us-east-1"),
+            ("get_device", us["id"]),
+        ]
+
+        def booked() -> bool:
+            done = case.bir("stats", "--json")
+            return done.returncode == 0 and json.loads(done.stdout)["totals"]["replays"] == 1
+
+        wait_for(booked, 60, "turn two booked in the local store")
+        [line] = json.loads(case.bir("stats", "--json", "--project", str(project)).stdout)["scenarios"]
+        assert line["outcomes"] == {"steered_full": 1}
+        assert line["hits"] == 1
+        assert line["measuredReplays"] == 1, json.dumps(line)
+        assert line["savedUsd"] > 0
+        assert line["savedTokens"] > 0
+        shown = case.bir("stats", "--project", str(project))
+        assert f"saved in all: {line['savedTokens']:,} tokens, ${line['savedUsd']:.4f}" in shown.stdout
+        # One session in two turns, on the local service: nothing was asked of a remote one.
+        # (The first SessionStart is the hook that revived the server, which was not up to log it.)
+        resumed = [e["session_id"] for e in case.log_events("session.started") if e["source"] == "resume"]
+        assert resumed == [first.session_id]
+        assert [e["service"] for e in case.log_events("control.service")] == ["local"]
+    finally:
+        case.stop_server()

@@ -5,13 +5,15 @@ importable. The quick benches run from it in ``test_help_examples.py``, as the e
 
 from __future__ import annotations
 
+import json
 import tomllib
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from tests.paths import REPO
-from tests.wheel import COMMAND_TIMEOUT_S, WHEEL_TEST_TIMEOUT_S, Installed, must, run
+from tests.wheel import BUILD_TIMEOUT_S, COMMAND_TIMEOUT_S, WHEEL_TEST_TIMEOUT_S, Installed, must, run
 
 pytestmark = pytest.mark.timeout(WHEEL_TEST_TIMEOUT_S)
 
@@ -62,3 +64,27 @@ def test_every_console_script_answers_help(installed: Installed, script: str) ->
     must(done, f"{script} --help")
     assert "usage:" in done.stdout.lower(), done.stdout[:2000]
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_bir_demo_runs_the_whole_loop_from_the_installed_package_in_a_home_of_its_own(installed: Installed) -> None:
+    done = run(
+        [str(installed.bin / "bir"), "demo", "--json"],
+        cwd=installed.workdir,
+        env=installed.env,
+        timeout=BUILD_TIMEOUT_S,
+    )
+    must(done, "bir demo --json")
+    document = json.loads(done.stdout)
+    assert document["ok"] is True, document["error"]
+    stages = document["stages"]
+    assert stages["calculated"]["state"] == "ready"
+    assert (stages["turnTwo"]["rule"], stages["turnTwo"]["params"]) == ("slot", {"region": "us-east-1"})
+    assert [call["tool"] for call in stages["turnTwo"]["ran"]] == ["list_devices", "get_device"]
+    assert stages["booked"]["outcome"] == "steered_full"
+    assert stages["booked"]["stats"]["savedTokens"] == stages["turnOne"]["tokens"] - stages["turnTwo"]["tokens"]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert '"event"' not in done.stderr, "a log line reached the terminal"
+    # The demo's home was its own and is gone; the environment's home got nothing.
+    assert not Path(stages["setup"]["birHome"]).exists()
+    assert not (Path(installed.env["BIR_HOME"]) / "local").exists()
+    assert not any(installed.workdir.iterdir()), "the demo wrote into its working folder"

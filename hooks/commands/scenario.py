@@ -32,9 +32,18 @@ from bir.core.paths import resolve_project
 from bir.core.scenario_api import EDIT_PREFIX, RUN_PREFIX, SCENARIO_PREFIX, Reply, ScenarioApi
 from bir.core.service import ServiceClient, ServiceError
 from bir.core.truncate import one_line
+from bir.hooks.commands import scenario_store
 from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.replay import plan_flags, run_plan
-from bir.hooks.commands.result import REPLAY_EXIT_CODES, add_command, project_flag, verbose_flag
+from bir.hooks.commands.result import (
+    REPLAY_EXIT_CODES,
+    CommandError,
+    add_command,
+    log_for_later,
+    print_result,
+    project_flag,
+    verbose_flag,
+)
 from bir.hooks.commands.scenario_render import (
     Style,
     dry_replay_sentence,
@@ -63,6 +72,8 @@ EXAMPLES: Final[dict[str, tuple[str, ...]]] = {
         'bir scenario match "find the riskiest device in sa-east-1" --json',
     ),
     "forget": ("bir scenario forget scn_fleet",),
+    "export": ("bir scenario export bir-store.json", "bir scenario export bir-store.json --force --json"),
+    "import": ("bir scenario import bir-store.json",),
     "show": ("bir scenario show run_fleet", "bir scenario show scn_fleet --step 1 --json"),
     "calc": ("bir scenario calc run_fleet",),
     "replay": (
@@ -183,6 +194,15 @@ def add_parser(sub: Any) -> None:
     forget = _sub(cmds, "forget", "forget a local scenario (or run): it, its runs, edits and open tickets")
     forget.add_argument("target", help="a scn_ or run_ id")
     _json_flag(forget)
+    exporting = _sub(
+        cmds, "export", "write the local store (runs, scenarios, edits, bookings) to FILE as one JSON document"
+    )
+    exporting.add_argument("file", type=Path, help="the file to write (0600; it holds your prompts and tool outputs)")
+    exporting.add_argument("--force", action="store_true", help="replace FILE when it exists")
+    exporting.add_argument("--json", action="store_true", help="print one JSON document: the file, its size, its rows")
+    importing = _sub(cmds, "import", "add what an exported store holds to the local store (rows it has are kept)")
+    importing.add_argument("file", type=Path, help="a file `bir scenario export` wrote")
+    importing.add_argument("--json", action="store_true", help="print one JSON document: the rows added and kept")
     editing = _sub(cmds, "editing", "which scenario tools the bir MCP server offers in this project")
     editing.add_argument("switch", choices=("on", "off", "status"))
     editing.add_argument("--project", default=".", help="the project directory (default: the working directory)")
@@ -246,6 +266,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     try:
         if args.command == "scenario" and args.scenario_command == "editing":
             return _editing(args, io)
+        if args.command == "scenario" and args.scenario_command in ("export", "import"):
+            log_for_later()
+            return _store_file(args, out, err)
         if verbose:
             set_stream(err)
         else:
@@ -330,6 +353,22 @@ async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
             score = "" if near["score"] is None else f" {near['score']}"
             io.say(f"  {near['scenarioId']} ({near['rule']}{score}): {near['why']}")
     return EXIT_OK if found["matched"] else EXIT_FAILED
+
+
+def _store_file(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``bir scenario export|import FILE``: the local store's own file work, no service involved."""
+    try:
+        if args.scenario_command == "export":
+            result = scenario_store.export_store(args.file.expanduser(), force=args.force)
+        else:
+            result = scenario_store.import_store(args.file.expanduser())
+    except CommandError as exc:
+        if args.json:
+            code = "usage" if exc.exit_code == EXIT_USAGE else "refused"
+            out.write(json.dumps({"error": code, "message": str(exc)}, ensure_ascii=False) + "\n")
+        err.write(f"bir scenario {args.scenario_command}: {exc}\n")
+        return exc.exit_code
+    return print_result(result, args.json, out)
 
 
 # --- the service's answers in words -------------------------------------------------------------------

@@ -100,6 +100,7 @@ def book(run: Run, usages: Sequence[ModelUsage], sealed_at: float) -> Booking:
         ledger=ledger,
         prompt=run.prompt,
         redact=redact_text,
+        usage=usages,
     )
     return Booking(finish, Report(ticket, scenario_id, decision, body, cost))
 
