@@ -13,18 +13,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from bir.core.housekeeping import is_housekeeping
 from bir.core.log import log_event
-from bir.core.redact import redact, redact_text
+from bir.core.recording import MAX_OUTPUT_CHARS, finish_body, step_body
 from bir.core.transcript import ModelUsage
-from bir.core.truncate import DEFAULT_MAX_CHARS, cut_counted, serialize_capped
 from bir.hooks.session.outbox import Outbox
 
-MAX_OUTPUT_CHARS: Final = DEFAULT_MAX_CHARS
-MAX_ERROR_CHARS: Final = 1_000
-MAX_TOOL_NAME_CHARS: Final = 200
 # Runs remembered at once; the oldest is forgotten past this (a turn long gone that never sealed).
 MAX_RUNS: Final = 1_024
 
@@ -33,24 +29,6 @@ MAX_RUNS: Final = 1_024
 class _Run:
     next_index: int = 0
     finished: bool = False
-
-
-def _count(value: int | None) -> int | None:
-    return None if value is None else max(0, int(value))
-
-
-def usage_to_wire(usage: Sequence[ModelUsage]) -> list[dict[str, Any]]:
-    """Per-model usage as the finish body's camelCase objects."""
-    return [
-        {
-            "model": u.model,
-            "inputTokens": u.input_tokens,
-            "outputTokens": u.output_tokens,
-            "cacheCreationInputTokens": u.cache_creation_input_tokens,
-            "cacheReadInputTokens": u.cache_read_input_tokens,
-        }
-        for u in usage
-    ]
 
 
 class Recorder:
@@ -114,16 +92,15 @@ class Recorder:
         run.next_index = max(run.next_index, step_index + 1)
         if self._outbox is None:
             return step_index
-        body: dict[str, Any] = {
-            "stepIndex": step_index,
-            "toolName": cut_counted(tool_name, MAX_TOOL_NAME_CHARS),
-            "toolInput": self._input(tool_input),
-            "toolOutput": self._output(tool_output),
-        }
-        if error is not None:
-            body["error"] = cut_counted(redact_text(error), MAX_ERROR_CHARS)
-        if duration_ms is not None:
-            body["durationMs"] = _count(duration_ms)
+        body = step_body(
+            step_index,
+            tool_name,
+            tool_input,
+            tool_output=tool_output,
+            error=error,
+            duration_ms=duration_ms,
+            max_chars=self._max_output_chars,
+        )
         self._outbox.enqueue_step(run_id, step_index, body)
         return step_index
 
@@ -148,23 +125,13 @@ class Recorder:
         run.finished = True
         if self._outbox is None:
             return False
-        body: dict[str, Any] = {
-            "output": cut_counted(redact_text(output or ""), self._max_output_chars),
-            "durationMs": _count(duration_ms),
-            "usage": usage_to_wire(usage),
-            "costUsd": cost_usd if cost_usd > 0 and cost_usd != float("inf") else 0.0,
-            "measured": bool(measured),
-            "pricingVersion": pricing_version,
-        }
+        body = finish_body(
+            output,
+            duration_ms=duration_ms,
+            usage=usage,
+            cost_usd=cost_usd,
+            measured=measured,
+            pricing_version=pricing_version,
+            max_chars=self._max_output_chars,
+        )
         return self._outbox.enqueue_finish(run_id, body)
-
-    def _input(self, tool_input: object) -> object:
-        cleaned = redact(tool_input)
-        text = serialize_capped(cleaned, self._max_output_chars)
-        # A value within the cap goes as it is (the arguments that ran); past it, the capped text does.
-        return cleaned if len(text) < self._max_output_chars else text
-
-    def _output(self, tool_output: object) -> str:
-        if isinstance(tool_output, str):
-            return cut_counted(tool_output, self._max_output_chars)
-        return serialize_capped(redact(tool_output), self._max_output_chars)
