@@ -26,7 +26,7 @@ from bir.core import config
 from bir.core.errors import LogicError
 from bir.core.log import log_event
 from bir.core.truncate import cut_counted
-from bir.hooks.local import booking, edits, match, selfcheck
+from bir.hooks.local import booking, edits, match, selfcheck, sharpen
 from bir.hooks.local.calculate import CALC_VERSION, draft_scenario, recorded_steps, template_of
 from bir.hooks.local.embed import Embedder
 from bir.hooks.local.embed import shared as shared_embedder
@@ -40,6 +40,8 @@ Answer = tuple[int, Any]
 MODEL_WAIT_S: Final = 0.5
 MAX_INPUT_CHARS: Final = 20_000
 LATE_STEP_SETTLE_S: Final = 0.5
+# A replayed turn booked as one of these handed over, and the model finished it: its recording repairs.
+REPAIR_OUTCOMES: Final = frozenset({"diverged", "fell_back", "failed"})
 # The sandbox's own failures (not a body's): nothing could be checked.
 _SANDBOX_DOWN: Final = frozenset({"closed", "overloaded", "crashed"})
 
@@ -67,6 +69,7 @@ class LocalService:
         max_bytes: int | None = None,
         clock: Callable[[], float] = time.time,
         load_model: bool = True,
+        min_runs: int | None = None,
     ) -> None:
         self.store = store
         self._load_model = load_model
@@ -81,6 +84,9 @@ class LocalService:
         )
         self.max_bytes = max_bytes if max_bytes is not None else config.require_int("BIR_LOCAL_STORE_MB") * 1024 * 1024
         self._clock = clock
+        # Runs a scenario must rest on before the matcher replays it (issue 19 item 2).
+        self.min_runs = min_runs if min_runs is not None else config.require_int("BIR_LOCAL_MIN_RUNS")
+        self._repairing: set[str] = set()
         self.index = match.MatchIndex()
         self._index_lock = threading.Lock()
         self._seen: tuple[int, int] = (-1, -1)
@@ -133,6 +139,9 @@ class LocalService:
     async def _thread(self, fn: Callable[[], T]) -> T:
         return await to_thread.run_sync(fn)
 
+    def clock(self) -> float:
+        return self._clock()
+
     def _project_of(self, metadata: Mapping[str, Any] | None) -> str:
         if self.project is not None:
             return self.project
@@ -157,7 +166,7 @@ class LocalService:
 
     def _index_row(self, row: tuple[str, str, str | None, str, Any, bytes | None, float]) -> None:
         scenario_id, project, run_id, state, template, embedding, created_at = row
-        if state != "ready" or not isinstance(template, dict):
+        if state != "ready" or not isinstance(template, dict) or support_of(template) < self.min_runs:
             self.index.remove(scenario_id)
             return
         samples = template.get("samples")
@@ -232,12 +241,16 @@ class LocalService:
             return 400, {"error": "id and input are required"}
         run_id = str(body["id"])[:200]
         prompt = body["input"][:MAX_INPUT_CHARS]
-        metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        given = body.get("metadata")
+        metadata: dict[str, Any] = given if isinstance(given, dict) else {}
         project = self._project_of(metadata)
         try:
             found = await self._thread(lambda: self.find(prompt, project))
             if isinstance(found, match.Hit):
-                return 200, await self._thread(lambda: self._hit(found, prompt, project))
+                hit = found
+                return 200, await self._thread(
+                    lambda: self._hit(hit, prompt, project, run_id=run_id, body=body, metadata=metadata)
+                )
             await self._thread(
                 lambda: self.store.create_run(
                     run_id,
@@ -253,11 +266,31 @@ class LocalService:
             return _store_error(exc)
         return 201, {"id": run_id, "matched": None}
 
-    def _hit(self, hit: match.Hit, prompt: str, project: str) -> dict[str, Any]:
+    def _hit(
+        self,
+        hit: match.Hit,
+        prompt: str,
+        project: str,
+        *,
+        run_id: str,
+        body: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+    ) -> dict[str, Any]:
         row = self.store.scenario(hit.scenario_id)
         if row is None:
             raise StoreError(f"scenario {hit.scenario_id} vanished while it matched")
         ticket = f"tkt_{secrets.token_hex(12)}"
+        # The replayed turn is recorded too (this service's extension of §12): a turn the model finishes its
+        # own way after a hand-over repairs the scenario; one the replay did whole is dropped when booked.
+        self.store.create_run(
+            run_id,
+            project=project,
+            input=prompt,
+            framework=str(body.get("framework") or ""),
+            metadata={**metadata, "ticket": ticket, "scenarioId": row.id},
+            origin="replay",
+            now=self._clock(),
+        )
         self.store.issue_ticket(
             ticket,
             scenario_id=row.id,
@@ -271,7 +304,7 @@ class LocalService:
         )
         log_event("local.matched", scenario_id=row.id, rule=hit.rule, similarity=hit.similarity)
         return {
-            "id": None,
+            "id": run_id,
             "matched": {
                 "runId": row.run_id,
                 "scenarioId": row.id,
@@ -352,10 +385,50 @@ class LocalService:
         self._tg.start_soon(run)
 
     async def _after_finish(self, run_id: str) -> None:
-        await self.calculate_run(run_id)
+        run = await self._thread(lambda: self.store.run(run_id))
+        if run is not None and run.origin == "replay":
+            await self._after_replay(run_id)
+        else:
+            await self.settle_run(run_id)
         pruned = await self._thread(lambda: self.store.prune(self.max_bytes))
         if pruned:
             log_event("local.pruned", runs=len(pruned), max_bytes=self.max_bytes)
+
+    async def settle_run(self, run_id: str, *, repairs: str | None = None) -> sharpen.Settled:
+        """Calculate a finished run, with the runs of the task it repeats (``sharpen``)."""
+        return await sharpen.settle_run(self, run_id, repairs=repairs)
+
+    async def _after_replay(self, run_id: str) -> None:
+        """A replayed turn's recording, once both its finish and its report are in: a hand-over the model
+        finished its own way repairs the scenario, a declined or vetoed plan's turn is one more run of the
+        task if it agrees, and a replay that did the task whole recorded nothing new."""
+        if run_id in self._repairing:
+            return
+        run = await self._thread(lambda: self.store.run(run_id))
+        if run is None or run.finish is None:
+            return
+        ticket = str(run.metadata.get("ticket") or "")
+        scenario_id = str(run.metadata.get("scenarioId") or "")
+        booked = await self._thread(lambda: self.store.execution(ticket))
+        if booked is None:
+            return
+        self._repairing.add(run_id)
+        try:
+            outcome = booked["outcome"]
+            if outcome in REPAIR_OUTCOMES:
+                settled = await self.settle_run(run_id, repairs=scenario_id)
+                log_event(
+                    "local.repaired", run_id=run_id, scenario_id=scenario_id, outcome=outcome, joined=settled.joined
+                )
+                return
+            if outcome == "not_steered":
+                scenario = await self._thread(lambda: self.store.scenario(scenario_id))
+                joined = await sharpen.join_if_agrees(self, scenario_id, run_id) if scenario is not None else None
+                if joined is not None:
+                    return
+            await self._thread(lambda: self.store.delete_run(run_id))
+        finally:
+            self._repairing.discard(run_id)
 
     async def get_run(self, run_id: str) -> Answer:
         try:
@@ -470,6 +543,9 @@ class LocalService:
             return 404, {"error": "not_found"}
         return 200, self._serialized(row)
 
+    def has_hand_edits(self, scenario_id: str) -> bool:
+        return self._has_hand_edits(scenario_id)
+
     def _has_hand_edits(self, scenario_id: str) -> bool:
         return any(e.kind == "edit" and not e.entry.get("undone") for e in self.store.edits(scenario_id))
 
@@ -552,6 +628,9 @@ class LocalService:
             return 409, {"error": "ticket unknown or expired"}
         if status == "duplicate":
             return 200, {"duplicate": True}
+        replayed = await self._thread(lambda: self.store.run_of_ticket(ticket))
+        if replayed is not None:
+            self._background(self._after_replay(replayed))
         if decision.ledger == "none":
             return 202, {"recorded": False}
         return 201, {"id": ticket}
@@ -760,6 +839,12 @@ class LocalService:
     async def stats(self, *, project: str | None = None) -> dict[str, Any]:
         """What ``bir stats`` shows: per scenario its runs, hits, outcome mix and savings; and the totals."""
         return await self._thread(lambda: stats_of(self.store, project))
+
+
+def support_of(template: Mapping[str, Any]) -> int:
+    """How many agreeing runs a scenario rests on (a template from before issue 19 says nothing: one)."""
+    value = template.get("support", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
 def derived_params(body: Mapping[str, Any], values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
