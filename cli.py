@@ -19,11 +19,11 @@ from bir.benchmarks import cli as bench
 from bir.core import config
 from bir.core.exits import EXIT_INTERRUPTED, EXIT_USAGE
 from bir.hooks.commands import config as config_cmd
-from bir.hooks.commands import doctor, install, login, logs, replay, scenario, stats, status, switches
+from bir.hooks.commands import doctor, install, learn, login, logs, replay, scenario, stats, status, switches
 from bir.hooks.commands.result import REPLAY_EXIT_CODES
 
 # In the order `bir --help` lists them.
-COMMANDS = (bench, replay, install, status, doctor, stats, switches, login, logs, scenario, config_cmd)
+COMMANDS = (bench, replay, install, learn, status, doctor, stats, switches, login, logs, scenario, config_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,6 +41,7 @@ from bir.core import atomic, config, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.paths import backups_dir, resolve_project
 from bir.hooks import api
+from bir.hooks.commands import learn
 from bir.hooks.commands.result import Subparsers, add_command, json_flag, project_flag
 
 # Event → (hook timeout in seconds written for it, whether it takes a tool matcher): spec §10, from the
@@ -823,6 +824,9 @@ def add_parser(sub: Subparsers) -> None:
                 help="with --replay: answer the tool events' hooks in the bir MCP server (mcp_tool hooks), "
                 "no process per tool call",
             )
+            cmd.add_argument(
+                "--learn", action="store_true", help="then learn from the project's past sessions (bir learn)"
+            )
         project_flag(cmd)
         json_flag(cmd, "print one JSON document describing what changed")
         cmd.set_defaults(run=run)
@@ -838,6 +842,15 @@ def run(args: argparse.Namespace) -> int:
     except InstallError as exc:
         sys.stderr.write(f"bir {args.command}: {exc}\n")
         return EXIT_FAILED
-    text = json.dumps(change.to_json(), indent=2) if args.json else describe(change)
-    sys.stdout.write(text + "\n")
+    if args.command != "install":
+        text = json.dumps(change.to_json(), indent=2) if args.json else describe(change)
+        sys.stdout.write(text + "\n")
+        return EXIT_OK
+    if not args.json:
+        sys.stdout.write(describe(change) + "\n")
+    # bir install offers to learn from the project's past sessions (asks on a terminal; --learn for scripts).
+    learned = learn.offer(resolve_project(args.project), forced=args.learn, as_json=args.json)
+    if args.json:
+        extra = {} if learned is None else {"learned": learned}
+        sys.stdout.write(json.dumps({**change.to_json(), **extra}, indent=2) + "\n")
     return EXIT_OK
