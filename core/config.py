@@ -261,7 +261,7 @@ _VARS: tuple[Variable, ...] = (
         1,
         "Agreeing recorded runs a local scenario must rest on before it is replayed (a second run settles "
         "what one cannot: which values are parameters, which row rule was meant).",
-        ceiling=10,
+        ceiling=8,
         floor=1,
     ),
     Variable("BIR_TOKEN", "str", None, "Bearer token for the BaseIn service (else the stored sign-in).", secret=True),

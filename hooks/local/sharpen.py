@@ -52,8 +52,9 @@ if TYPE_CHECKING:
 
 # Drafts one group may try (each a rule choice at an ambiguous crossing) before it gives up.
 MAX_DRAFTS: Final = 12
-# Runs one scenario is calculated from: the newest ones (older runs have said what they can).
-MAX_GROUP: Final = 6
+# Runs one scenario is calculated from: the newest ones (older runs have said what they can). The
+# ceiling of BIR_LOCAL_MIN_RUNS is this, so any support it asks for can be reached.
+MAX_GROUP: Final = 8
 # A prompt may differ from a template in at most this many places, each this many tokens at most.
 MAX_REGIONS: Final = 3
 MAX_REGION_TOKENS: Final = 4
@@ -106,11 +107,12 @@ def _regions(a: Sequence[slots.Token], b: Sequence[slots.Token]) -> tuple[list[t
     return [c for c in codes if c[0] != "equal"], shared
 
 
-def _value_like(tokens: Sequence[slots.Token]) -> bool:
-    """Tokens a value may be made of: no word that names an action, not only filler."""
-    if any(lexicon.is_action_word(t.text) for t in tokens):
+def _values(old: Sequence[slots.Token], new: Sequence[slots.Token]) -> bool:
+    """Whether one value may have replaced another here: no word that names an action on either side, and
+    not filler for filler ("the" for "a")."""
+    if any(lexicon.is_action_word(t.text) for t in (*old, *new)):
         return False
-    return any(t.folded not in lexicon.STOPWORDS for t in tokens)
+    return any(t.folded not in lexicon.STOPWORDS for t in (*old, *new))
 
 
 def same_task(template: Mapping[str, Any], prompt: str) -> int | None:
@@ -129,7 +131,7 @@ def same_task(template: Mapping[str, Any], prompt: str) -> int | None:
     for tag, i1, i2, j1, j2 in regions:
         if tag != "replace" or i2 - i1 > MAX_REGION_TOKENS or j2 - j1 > MAX_REGION_TOKENS:
             return None
-        if not _value_like(tpl.tokens[i1:i2]) or not _value_like(new[j1:j2]):
+        if not _values(tpl.tokens[i1:i2], new[j1:j2]):
             return None
     return shared
 
@@ -329,7 +331,7 @@ async def _members(service: LocalService, scenario: ScenarioRow, view: RunView) 
     if scenario.run_id is not None and scenario.run_id not in ids:
         ids.append(scenario.run_id)
     views = []
-    for rid in ids[-MAX_GROUP:]:
+    for rid in ids[-(MAX_GROUP - 1) :]:
         if rid == view.id:
             continue
         found = await to_thread.run_sync(lambda rid=rid: _view(service, rid))  # type: ignore[misc]
@@ -382,17 +384,21 @@ async def _join_as_is(
     verdict = selfcheck.Verdict(scenario.state, scenario.reason, dict(scenario.body))
     if await _agrees(pool, verdict, draft, source, view) is not None:
         return None
-    runs = {**{m.id: "agrees" for m in members}, view.id: "agrees", source.id: "source"}
-    await to_thread.run_sync(lambda: service.store.set_runs(scenario.id, runs))
-    return await _put(
+    earlier = await to_thread.run_sync(lambda: service.store.runs_of(scenario.id))
+    runs = {rid: role for rid, role in earlier}
+    runs.update({view.id: "agrees", source.id: "source"})
+    support = sum(1 for role in runs.values() if role in ("source", "agrees"))
+    row = await _put(
         service,
         scenario,
         dict(scenario.body),
         state=scenario.state,
         reason=scenario.reason,
         base=source,
-        support=len(runs),
+        support=support,
     )
+    await to_thread.run_sync(lambda: service.store.set_runs(scenario.id, runs))
+    return row
 
 
 async def _store_group(
@@ -411,14 +417,18 @@ async def _store_group(
     reason = None if result.ready else result.reason
     body = {**result.verdict.scenario, "id": scenario.id, "state": state, "reason": reason}
     before = _summary(scenario.body, scenario.state)
-    # A superseded run stays with the scenario (so it is not calculated again) but supports nothing.
-    runs = {rid: "superseded" for rid in superseded}
+    # Runs outside this calculation stay with the scenario (so none is calculated again): an older one that
+    # agreed with an earlier calculation, a superseded one that supports nothing now.
+    earlier = await to_thread.run_sync(lambda: service.store.runs_of(scenario.id))
+    runs = {rid: ("superseded" if role == "superseded" else "earlier") for rid, role in earlier}
+    runs.update({rid: "superseded" for rid in superseded})
     runs.update({m.id: "agrees" for m in group[1:]})
     runs[base.id] = "source"
-    await to_thread.run_sync(lambda: service.store.set_runs(scenario.id, runs))
     row = await _put(
         service, scenario, body, state=state, reason=reason, base=base, support=len(group), draft=result.draft
     )
+    # After the scenario is written: the runs it rests on refer to its row.
+    await to_thread.run_sync(lambda: service.store.set_runs(scenario.id, runs))
     after = _summary(row.body, row.state)
     if before != after:
         changes = sorted(k for k in after if before.get(k) != after.get(k))

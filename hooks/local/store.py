@@ -476,9 +476,12 @@ class Store:
                 "SELECT chain_revision, created_at FROM scenarios WHERE id = ?", (scenario_id,)
             ).fetchone()
             revision = (old[0] if old else 1) + (1 if bump_revision and old else 0)
+            # An upsert, not REPLACE: a replaced row would take its edits and the runs it rests on with it
+            # (their foreign keys cascade on the delete REPLACE does).
+            updates = ", ".join(f"{c} = excluded.{c}" for c in self._SCENARIO_COLUMNS.split(", ") if c != "id")
             conn.execute(
-                f"INSERT OR REPLACE INTO scenarios ({self._SCENARIO_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO scenarios ({self._SCENARIO_COLUMNS}) "
+                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET {updates}",
                 (
                     scenario_id,
                     project,
