@@ -117,6 +117,11 @@ class LocalService:
             await self._own_pool.close()
             self._own_pool = None
 
+    @property
+    def busy(self) -> int:
+        """Calculations running now."""
+        return self._busy
+
     async def idle(self, timeout_s: float = 30.0) -> bool:
         """Wait until no calculation is running (for tests and the CLI); True when idle in time."""
         with anyio.move_on_after(timeout_s):
@@ -404,16 +409,17 @@ class LocalService:
         task if it agrees, and a replay that did the task whole recorded nothing new."""
         if run_id in self._repairing:
             return
-        run = await self._thread(lambda: self.store.run(run_id))
-        if run is None or run.finish is None:
-            return
-        ticket = str(run.metadata.get("ticket") or "")
-        scenario_id = str(run.metadata.get("scenarioId") or "")
-        booked = await self._thread(lambda: self.store.execution(ticket))
-        if booked is None:
-            return
+        # Its finish and its report each call this: the first to find both in does the work, once.
         self._repairing.add(run_id)
         try:
+            run = await self._thread(lambda: self.store.run(run_id))
+            if run is None or run.finish is None or await self._thread(lambda: self.store.rests_in_a_scenario(run_id)):
+                return
+            ticket = str(run.metadata.get("ticket") or "")
+            scenario_id = str(run.metadata.get("scenarioId") or "")
+            booked = await self._thread(lambda: self.store.execution(ticket))
+            if booked is None:
+                return
             outcome = booked["outcome"]
             if outcome in REPAIR_OUTCOMES:
                 settled = await self.settle_run(run_id, repairs=scenario_id)

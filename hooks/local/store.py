@@ -838,6 +838,11 @@ class Store:
         )
         return [str(r[0]) for r in rows]
 
+    def rests_in_a_scenario(self, run_id: str) -> bool:
+        """Whether some scenario rests on ``run_id`` already."""
+        row = self._read(lambda c: c.execute("SELECT 1 FROM scenario_runs WHERE run_id = ?", (run_id,)).fetchone())
+        return row is not None
+
     def runs_of(self, scenario_id: str) -> list[tuple[str, str]]:
         """``(run id, role)`` of every run ``scenario_id`` rests on, oldest first."""
         rows = self._read(
