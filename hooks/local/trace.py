@@ -37,6 +37,7 @@ MIN_TRACED_NUMBER_CHARS: Final = 3
 MAX_LEAVES_PER_OUTPUT: Final = 20_000
 MAX_DEPTH: Final = 48
 MAX_LINES: Final = 2_000
+MAX_WORDS: Final = 32
 REDACTED: Final = "[REDACTED]"
 _JOINERS: Final = "-./:@"
 GENERIC_KEYS: Final = frozenset({"command", "cmd", "query", "q", "text", "input", "value", "args", "content", "body"})
@@ -86,7 +87,7 @@ def parse_output(tool: str, text: str) -> Any:
 
 # --- paths through an output -----------------------------------------------------------------------
 
-# A path step: ("key", name), ("json",), ("trim",), ("lines",), ("row", rule).
+# A path step: ("key", name), ("json",), ("trim",), ("lines",), ("words",), ("row", rule).
 PathStep = tuple[Any, ...]
 
 
@@ -147,7 +148,20 @@ def _walk(value: Any, steps: tuple[Any, ...], depth: int, budget: list[int]) -> 
         for i, line in enumerate(lines):
             if line:
                 budget[0] -= 1
-                yield Occurrence((*steps, ("lines",), ("idx", Crossing(lines, i))), line)
+                at = (*steps, ("lines",), ("idx", Crossing(lines, i)))
+                yield Occurrence(at, line)
+                yield from _words(line, at, budget)
+
+
+def _words(line: str, steps: tuple[Any, ...], budget: list[int]) -> Iterator[Occurrence]:
+    """The words of one line of text output (``b4102 failed main 21m``): a value a later step reads may be one
+    of them, picked by its place (the first word, the last)."""
+    words = line.split()
+    if len(words) < 2 or len(words) > MAX_WORDS:
+        return
+    for j, word in enumerate(words):
+        budget[0] -= 1
+        yield Occurrence((*steps, ("words",), ("idx", Crossing(words, j))), word)
 
 
 @dataclass
