@@ -1,4 +1,4 @@
-"""``bir bench eval|pin|proxy|match``: the benchmarks behind the command line."""
+"""``bir bench eval|pin|proxy|match|workload``: the benchmarks behind the command line."""
 
 from __future__ import annotations
 
@@ -53,6 +53,16 @@ def add_parser(sub: Subparsers) -> None:
     mb.add_argument("--quick", action="store_true", help="a 1,000-scenario store and fewer prompts (about 20 s)")
     json_flag(mb)
     mb.set_defaults(run=run)
+    wl = add_command(
+        targets,
+        "workload",
+        "what bir saves on a stream of work: prompts replayed against the ideal, wrong replays, tokens, "
+        "dollars and seconds, beside the service's rule",
+        ["bir bench workload --quick", "bir bench workload --json"],
+    )
+    wl.add_argument("--quick", action="store_true", help="a shorter stream and two rules (about a minute)")
+    json_flag(wl)
+    wl.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
         from bir.benchmarks.match_bench import run_match_bench
 
         return run_match_bench(quick=args.quick, as_json=args.json)
+    if args.bench_target == "workload":
+        from bir.benchmarks.workload import run_workload_bench
+
+        return run_workload_bench(quick=args.quick, as_json=args.json)
     from bir.benchmarks.proxy_bench import run_proxy_bench
 
     return run_proxy_bench(quick=args.quick, as_json=args.json)

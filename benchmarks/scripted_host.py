@@ -237,7 +237,8 @@ class ScriptedHost:
         with anyio.fail_after(timeout_s):
             quiet = 0
             while quiet < 2:
-                before = len(outbox.pending()) + self.local.busy
+                # A draft report waits for its turn's seal by design: only what is to be sent counts.
+                before = sum(1 for item in outbox.pending() if not item.draft) + self.local.busy
                 await outbox.flush(timeout_s)
                 await self.local.idle(timeout_s)
                 # One turn of the loop lets a step recorded just now reach the outbox.

@@ -239,7 +239,8 @@ class LearnReport:
     stopped: str | None = None
 
     def skip(self, why: str, n: int = 1) -> None:
-        self.skipped[why] = self.skipped.get(why, 0) + n
+        if n > 0:
+            self.skipped[why] = self.skipped.get(why, 0) + n
 
     def wire(self) -> dict[str, Any]:
         return {
