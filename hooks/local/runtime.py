@@ -26,7 +26,7 @@ from bir.core import config
 from bir.core.errors import LogicError
 from bir.core.log import log_event
 from bir.core.truncate import cut_counted
-from bir.hooks.local import booking, edits, match, selfcheck, sharpen
+from bir.hooks.local import booking, edits, match, model_pass, selfcheck, sharpen
 from bir.hooks.local.calculate import CALC_VERSION, draft_scenario, recorded_steps, template_of
 from bir.hooks.local.embed import Embedder
 from bir.hooks.local.embed import shared as shared_embedder
@@ -70,6 +70,7 @@ class LocalService:
         clock: Callable[[], float] = time.time,
         load_model: bool = True,
         min_runs: int | None = None,
+        model: model_pass.Model | object | None = model_pass.FROM_ENV,
     ) -> None:
         self.store = store
         self._load_model = load_model
@@ -86,6 +87,14 @@ class LocalService:
         self._clock = clock
         # Runs a scenario must rest on before the matcher replays it (issue 19 item 2).
         self.min_runs = min_runs if min_runs is not None else config.require_int("BIR_LOCAL_MIN_RUNS")
+        # The optional model pass (issue 19 item 4): only with a key.
+        self.model: model_pass.Model | None = (
+            model_pass.model_of()
+            if model is model_pass.FROM_ENV
+            else model
+            if isinstance(model, model_pass.Model)
+            else None
+        )
         self._repairing: set[str] = set()
         self.index = match.MatchIndex()
         self._index_lock = threading.Lock()
@@ -251,6 +260,8 @@ class LocalService:
         project = self._project_of(metadata)
         try:
             found = await self._thread(lambda: self.find(prompt, project))
+            if isinstance(found, match.Miss) and self.model is not None:
+                found = await self._confirm(prompt, project) or found
             if isinstance(found, match.Hit):
                 hit = found
                 return 200, await self._thread(
@@ -270,6 +281,14 @@ class LocalService:
             log_event("local.store_failed", route="match", error=str(exc)[:300])
             return _store_error(exc)
         return 201, {"id": run_id, "matched": None}
+
+    async def _confirm(self, prompt: str, project: str) -> match.Hit | None:
+        """A paraphrase the cascade missed, confirmed (or not) by one model call within its bound."""
+        assert self.model is not None
+        model = self.model
+        with anyio.move_on_after(model_pass.CONFIRM_TIMEOUT_S + 0.3):
+            return await model_pass.confirm(self, model, prompt, None if self.scope == "user" else project)
+        return None
 
     def _hit(
         self,
@@ -400,8 +419,14 @@ class LocalService:
             log_event("local.pruned", runs=len(pruned), max_bytes=self.max_bytes)
 
     async def settle_run(self, run_id: str, *, repairs: str | None = None) -> sharpen.Settled:
-        """Calculate a finished run, with the runs of the task it repeats (``sharpen``)."""
-        return await sharpen.settle_run(self, run_id, repairs=repairs)
+        """Calculate a finished run, with the runs of the task it repeats (``sharpen``); a scenario the
+        inference leaves not ready gets the model pass when a key is configured."""
+        settled = await sharpen.settle_run(self, run_id, repairs=repairs)
+        scenario = settled.scenario
+        if scenario is not None and scenario.state != "ready" and self.model is not None:
+            scenario = await model_pass.calculate(self, self.model, scenario)
+            return sharpen.Settled(scenario, joined=settled.joined)
+        return settled
 
     async def _after_replay(self, run_id: str) -> None:
         """A replayed turn's recording, once both its finish and its report are in: a hand-over the model
@@ -888,7 +913,9 @@ def stats_of(store: Store, project: str | None) -> dict[str, Any]:
                 executions=store.executions(scenario.id),
             )
         )
-    return {"scenarios": rows, "totals": booking.totals(rows), "store": {**store.counts(), "bytes": store.size_bytes()}}
+    calls, spent = store.model_calls()
+    totals = {**booking.totals(rows), "modelCalls": calls, "modelCostUsd": round(spent, 6)}
+    return {"scenarios": rows, "totals": totals, "store": {**store.counts(), "bytes": store.size_bytes()}}
 
 
 @contextlib.asynccontextmanager

@@ -843,6 +843,34 @@ class Store:
         row = self._read(lambda c: c.execute("SELECT 1 FROM scenario_runs WHERE run_id = ?", (run_id,)).fetchone())
         return row is not None
 
+    def add_model_call(self, cost_usd: float) -> None:
+        """Count one model-pass call and what it cost (kept in ``meta`` as micro-dollars)."""
+        micro = max(0, round(cost_usd * 1_000_000))
+
+        def write(conn: sqlite3.Connection) -> None:
+            for key, by in (("model_calls", 1), ("model_micro_usd", micro)):
+                conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, 0)", (key,))
+                conn.execute("UPDATE meta SET value = value + ? WHERE key = ?", (by, key))
+
+        self._write(write)
+
+    def model_calls(self) -> tuple[int, float]:
+        """How many model-pass calls were made, and their cost in dollars."""
+        rows = dict(
+            self._read(
+                lambda c: c.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('model_calls', 'model_micro_usd')"
+                ).fetchall()
+            )
+        )
+        return int(rows.get("model_calls", 0)), int(rows.get("model_micro_usd", 0)) / 1_000_000
+
+    def set_reason(self, scenario_id: str, reason: Mapping[str, Any]) -> None:
+        """Replace a not-ready scenario's reason (what a model pass added to it)."""
+        self._write(
+            lambda c: c.execute("UPDATE scenarios SET reason = ? WHERE id = ?", (_dumps(dict(reason)), scenario_id))
+        )
+
     def runs_of(self, scenario_id: str) -> list[tuple[str, str]]:
         """``(run id, role)`` of every run ``scenario_id`` rests on, oldest first."""
         rows = self._read(
