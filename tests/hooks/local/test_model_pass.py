@@ -98,7 +98,7 @@ async def test_a_run_the_inference_left_not_ready_is_made_ready_by_the_model_s_b
         hit = await lo.client.match("run_b", ISSUES.format(repo="initech/billing"), {})
         assert hit is not None
         assert hit.matched is not None
-        status, derived = await lo.service.derive("scn_a", {"prompt": ISSUES.format(repo="initech/billing")})
+        _status, derived = await lo.service.derive("scn_a", {"prompt": ISSUES.format(repo="initech/billing")})
         assert derived["params"] == {"owner": "initech", "repo": "billing"}
         totals = stats_of(lo.store, None)["totals"]
         assert totals["modelCalls"] == 1
@@ -169,7 +169,7 @@ async def test_a_paraphrase_slot_alignment_cannot_match_is_confirmed_by_one_call
         assert hit.matched.scenario_id == "scn_a"
         [request] = lo.fake.requests
         assert request.body["tool_choice"]["name"] == CONFIRM_TOOL
-        status, derived = await lo.service.derive("scn_a", {"prompt": "which issues are still open in project API"})
+        _status, derived = await lo.service.derive("scn_a", {"prompt": "which issues are still open in project API"})
         assert derived["params"]["project"] == "API"
 
         # Another action ("closed" names one) is never even asked about: a miss, with no call.
