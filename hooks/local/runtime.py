@@ -606,7 +606,10 @@ class LocalService:
             return 404, {"error": "not_found"}
         if not discard and await self._thread(lambda: self._has_hand_edits(scenario_id)):
             return 409, {"error": "scenario_has_edits", "scenarioId": scenario_id}
-        new = await self.calculate_run(row.run_id, discard_edits=discard)
+        if discard:
+            await self._thread(lambda: self.store.clear_edits(scenario_id))
+        # A scenario resting on several runs is calculated from all of them again, not from its source alone.
+        new = await sharpen.recalculate(self, scenario_id) or await self.calculate_run(row.run_id)
         assert new is not None
         return 202, {
             "scenarioId": new.id,
@@ -771,6 +774,9 @@ class LocalService:
             return 404, {"error": "not_found"}
         history = await self._thread(lambda: self.store.edits(scenario_id))
         target = next((e for e in history if e.id == edit_id), None)
+        if target is not None and target.kind == "calculation":
+            # It has no one step to put back: the calculation is redone from the runs, never half undone.
+            return 409, {"error": "calculation_edit", "edit": edit_id, "message": "recalculate instead"}
         if target is None or target.before is None or target.step_index is None:
             return 404, {"error": "not_found"}
         if target.entry.get("undone"):

@@ -529,3 +529,21 @@ async def join_if_agrees(service: LocalService, scenario_id: str, run_id: str) -
     if view is None:
         return None
     return await _join(service, scenario_id, view, repair=False)
+
+
+async def recalculate(service: LocalService, scenario_id: str) -> ScenarioRow | None:
+    """Calculate a scenario again from every run it rests on (``bir scenario calc --force``); None when it
+    rests on one run only (then the caller recalculates that run)."""
+    scenario = await to_thread.run_sync(lambda: service.store.scenario(scenario_id))
+    if scenario is None:
+        return None
+    roles = await to_thread.run_sync(lambda: service.store.runs_of(scenario_id))
+    ids = [rid for rid, role in roles if role != "superseded"][-MAX_GROUP:]
+    views = [v for v in [await to_thread.run_sync(lambda rid=rid: _view(service, rid)) for rid in ids] if v]  # type: ignore[misc]
+    if len(views) < 2:
+        return None
+    base, others = views[-1], views[:-1]
+    result = await calculate_group(await service.pool(), scenario_id, base, others)
+    if not result.agree:
+        return None
+    return await _store_group(service, scenario, result, [base, *reversed(others)], "recalculated on request")

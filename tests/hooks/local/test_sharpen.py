@@ -99,6 +99,15 @@ async def test_a_second_run_resolves_the_row_rule_one_run_left_ambiguous(tmp_pat
         assert edits[0].before is not None
         assert edits[0].before["state"] == "not_ready"
 
+        # A calculation edit is not undone step by step; a recalculation uses every run again.
+        status, refused = await lo.service.revert(both.id, edits[0].id, {})
+        assert (status, refused["error"]) == (409, "calculation_edit")
+        status, again = await lo.service.recalculate(both.id, {})
+        assert (status, again["state"]) == (202, "ready")
+        recalculated = lo.store.scenario(both.id)
+        assert recalculated is not None
+        assert recalculated.body["support"] == {"runs": 2}
+
         # A third prompt of the task now matches, with its value, by slot.
         hit = await lo.client.match("run_c", ASK.format(region="sa-east-1"), {})
         assert hit is not None
