@@ -90,6 +90,10 @@ def _is_tty(stream: TextIO) -> bool:
         return False
 
 
+def _n(count: object, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def describe(data: dict[str, object]) -> str:
     """The report for a person."""
     folder = data.get("folder")
@@ -101,15 +105,17 @@ def describe(data: dict[str, object]) -> str:
     mb = int(str(data["bytesRead"])) / 2**20
     verb = "would learn" if data["dry"] else "learned"
     lines = [
-        f"bir learn: {data['transcripts']} transcripts of {data['project']} ({folder}), {mb:.1f} MB read "
+        f"bir learn: {_n(data['transcripts'], 'transcript')} of {data['project']} ({folder}), {mb:.1f} MB read "
         f"in {data['seconds']} s",
-        f"  {data['turns']} turns read; {verb} {data['imported']} as recorded runs",
+        f"  {_n(data['turns'], 'turn')} read; {verb} {data['imported']} as recorded runs",
     ]
     skipped = data.get("skipped")
     if isinstance(skipped, dict) and skipped:
         lines.append("  passed over: " + ", ".join(f"{n} {why}" for why, n in skipped.items()))
     if not data["dry"]:
-        lines.append(f"  scenarios: {data['calculated']} runs calculated, {data['ready']} scenarios ready to replay")
+        lines.append(
+            f"  scenarios: {_n(data['calculated'], 'run')} calculated, {_n(data['ready'], 'scenario')} ready to replay"
+        )
         not_ready = data.get("notReady")
         if isinstance(not_ready, dict) and not_ready:
             lines.append(f"  not ready ({sum(int(v) for v in not_ready.values())}):")
