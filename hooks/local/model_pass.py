@@ -43,7 +43,7 @@ from bir.hooks.local.calculate import CALC_VERSION, recorded_steps
 from bir.hooks.local.store import ScenarioRow
 
 if TYPE_CHECKING:
-    from bir.hooks.local.runtime import LocalService
+    from bir.hooks.local.ports import Service as LocalService
 
 MAX_PROMPT_CHARS: Final = 4_000
 MAX_STEP_CHARS: Final = 3_000

@@ -48,7 +48,7 @@ from bir.hooks.local.store import ScenarioRow
 from bir.hooks.local.trace import Recorded
 
 if TYPE_CHECKING:
-    from bir.hooks.local.runtime import LocalService
+    from bir.hooks.local.ports import Service as LocalService
 
 # Drafts one group may try (each a rule choice at an ambiguous crossing) before it gives up.
 MAX_DRAFTS: Final = 12
