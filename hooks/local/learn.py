@@ -330,6 +330,8 @@ def _learn_file(
             return []
     added: list[str] = []
     subagents: dict[str, dict[str, tuple[str, dict[str, int]]]] | None = None
+    # Once --since passed a turn over, this transcript keeps its offset for this learn: a later one may want it.
+    passed_over = False
     while time.monotonic() < deadline and budget_bytes[0] > 0:
         try:
             chunk = _read_chunk(path, offset)
@@ -344,7 +346,6 @@ def _learn_file(
         if reading.unreadable_lines:
             report.skip("lines that could not be read", reading.unreadable_lines)
         runs: list[ImportedRun] = []
-        passed_over = False
         for turn in reading.turns:
             report.turns += 1
             why = why_not(turn, known, since)
@@ -363,8 +364,7 @@ def _learn_file(
         if dry:
             report.imported += len(runs)
         else:
-            # A transcript of which --since passed turns over keeps its offset: a later learn may want them.
-            moved = offset if passed_over else reading.resume_at
+            moved = (done[0] if done is not None else 0) if passed_over else reading.resume_at
             added += store.import_runs(runs, transcript=str(path), project=project, read_bytes=moved, mtime=chunk.mtime)
             report.imported += len(runs)
         if chunk.at_eof or reading.resume_at <= offset:

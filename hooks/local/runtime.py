@@ -370,7 +370,7 @@ class LocalService:
             # Late steps come in a burst; one calculation after it settles takes them all.
             await anyio.sleep(LATE_STEP_SETTLE_S)
             self._late.discard(run_id)
-            await self.calculate_run(run_id)
+            await self._settle_finished(run_id)
 
         self._background(later())
 
@@ -408,12 +408,15 @@ class LocalService:
 
         self._tg.start_soon(run)
 
-    async def _after_finish(self, run_id: str) -> None:
+    async def _settle_finished(self, run_id: str) -> None:
         run = await self._thread(lambda: self.store.run(run_id))
         if run is not None and run.origin == "replay":
             await self._after_replay(run_id)
         else:
             await self.settle_run(run_id)
+
+    async def _after_finish(self, run_id: str) -> None:
+        await self._settle_finished(run_id)
         pruned = await self._thread(lambda: self.store.prune(self.max_bytes))
         if pruned:
             log_event("local.pruned", runs=len(pruned), max_bytes=self.max_bytes)
