@@ -42,8 +42,11 @@ def claude_env(case_home: Path, case_tmp: Path, api_url: str, extra: Mapping[str
         "DISABLE_ERROR_REPORTING": "1",
         # MCP tools in tools[] on 2.1.332 instead of deferred behind ToolSearch.
         "ENABLE_TOOL_SEARCH": "false",
-        # Wait for the MCP servers before the first model request (see the module's doc).
+        # Wait for the MCP servers before the first model request (see the module's doc), up to a minute:
+        # that wait is bounded by MCP_CONNECT_TIMEOUT_MS, 5 s by default (2.1.197's binary), which a Python
+        # server behind bir-proxy outlasts on a loaded 2-core machine (the model then finds no fleet tool).
         "MCP_CONNECTION_NONBLOCKING": "false",
+        "MCP_CONNECT_TIMEOUT_MS": "60000",
     }
     if "BIR_HOME" in os.environ:
         env["BIR_HOME"] = os.environ["BIR_HOME"]

@@ -1,38 +1,72 @@
-"""``bir bench eval|pin|proxy|match|workload``: the benchmarks behind the command line."""
+"""``bir bench eval|pin|proxy|match|workload``: the benchmarks behind the command line.
+
+Each one shows a progress line on a terminal while it measures (nothing on a pipe, nothing with
+``--json``), and prints its report at the end.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from bir.hooks.commands.result import Subparsers, add_command, json_flag
+from bir.core.exits import EXIT_USAGE
+from bir.hooks.commands.progress import Progress
+from bir.hooks.commands.result import BENCH_EXIT_CODES, CommandError, Subparsers, add_command, json_flag
 
 
 def add_parser(sub: Subparsers) -> None:
     """Register ``bir bench`` and its targets."""
-    bench = add_command(sub, "bench", "measure bir's hot paths", ["bir bench eval --quick", "bir bench pin --json"])
+    bench = add_command(
+        sub,
+        "bench",
+        "measure bir's hot paths",
+        ["bir bench eval --quick", "bir bench pin --quick --json"],
+        BENCH_EXIT_CODES,
+    )
     targets = bench.add_subparsers(dest="bench_target", required=True)
     ev = add_command(
         targets,
         "eval",
         "the evaluator pool against the in-process floor, or one scenario's bodies (--scenario)",
-        ["bir bench eval --quick", "bir bench eval --scenario examples/scenarios/fleet-direct.json --quick"],
+        [
+            "bir bench eval --quick",
+            'bir replay --scenario fleet-direct --prompt "the riskiest device in eu-west-1" --param region=eu-west-1 '
+            "--wrap fleet='python -m bir.examples.fleet_server' --json > run.json",
+            "bir bench eval --scenario fleet-direct --outputs run.json --quick",
+        ],
+        BENCH_EXIT_CODES,
     )
     ev.add_argument("--quick", action="store_true", help="fewer iterations (about 20 s)")
     json_flag(ev)
     ev.add_argument(
-        "--scenario", help="time this scenario's own bodies (a file or a scn_ id) and suggest BIR_LOGIC_TIMEOUT_MS"
+        "--scenario",
+        help="time this scenario's own bodies (a file, a packaged name such as fleet-direct, or a scn_ id) and "
+        "suggest BIR_LOGIC_TIMEOUT_MS",
     )
     ev.add_argument("--prompt", help="with --scenario: derive the parameters from this request (else the samples)")
     ev.add_argument(
-        "--outputs", metavar="FILE", help="with --scenario: a JSON object, step index -> that step's output"
+        "--outputs",
+        metavar="FILE",
+        help="with --scenario: each step's output: a JSON object (step index -> output), or what bir replay --json"
+        " printed",
     )
     ev.add_argument("--run", metavar="RUN_ID", help="with --scenario: take the outputs from this source run")
     ev.add_argument("--calls", type=int, help="with --scenario: timed calls per body (default 200, 50 with --quick)")
     ev.set_defaults(run=run)
     pn = add_command(
-        targets, "pin", "what a pinned tool call costs: bir-hook beside bare command hooks", ["bir bench pin --quick"]
+        targets,
+        "pin",
+        "what a pinned tool call costs: bir-hook beside bare command hooks, and a whole Claude Code session",
+        ["bir bench pin --quick"],
+        BENCH_EXIT_CODES,
     )
-    pn.add_argument("--quick", action="store_true", help="fewer iterations (about 10 s)")
+    pn.add_argument("--quick", action="store_true", help="fewer iterations (about 10 s, without a Claude Code)")
+    pn.add_argument(
+        "--claude",
+        metavar="PATH",
+        type=Path,
+        help="the Claude Code binary for the whole-session part (default: `claude` on PATH, else none)",
+    )
     json_flag(pn)
     pn.set_defaults(run=run)
     px = add_command(
@@ -40,6 +74,7 @@ def add_parser(sub: Subparsers) -> None:
         "proxy",
         "what bir-proxy adds to a tools/call, and a direct step's round trip",
         ["bir bench proxy --quick"],
+        BENCH_EXIT_CODES,
     )
     px.add_argument("--quick", action="store_true", help="fewer iterations (about 30 s)")
     json_flag(px)
@@ -48,7 +83,8 @@ def add_parser(sub: Subparsers) -> None:
         targets,
         "match",
         "the local service's matcher and calculator: latency on a 10,000-scenario store, memory, accuracy",
-        ["bir bench match --quick", "bir bench match --json"],
+        ["bir bench match --quick"],
+        BENCH_EXIT_CODES,
     )
     mb.add_argument("--quick", action="store_true", help="a 1,000-scenario store and fewer prompts (about 20 s)")
     json_flag(mb)
@@ -66,19 +102,41 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one benchmark; answer its exit status."""
-    if args.bench_target == "eval" and args.scenario:
-        from bir.benchmarks.scenario_bench import main_args, run_scenario_bench
+    """Run one benchmark; answer its exit status.
 
-        return run_scenario_bench(main_args(args), as_json=args.json)
+    Raises:
+        CommandError: the command line cannot be used (a scenario, an outputs file, a --claude that is not there).
+    """
+    progress = Progress(enabled=False if args.json else None, prefix=f"{args.command_name}: ")
+    with progress:
+        return _run(args, progress)
+
+
+def _run(args: argparse.Namespace, progress: Progress) -> int:
+    if args.bench_target == "eval" and args.scenario:
+        from bir.benchmarks.scenario_bench import ScenarioBenchError, main_args, run_scenario_bench
+
+        try:
+            return run_scenario_bench(main_args(args), as_json=args.json, progress=progress)
+        except ScenarioBenchError as exc:
+            raise CommandError(str(exc), EXIT_USAGE) from None
+        except (RuntimeError, OSError) as exc:
+            raise CommandError(str(exc)[:500], code="could_not_measure") from None
     if args.bench_target == "eval":
         from bir.benchmarks.eval_bench import run_eval_bench
 
-        return run_eval_bench(quick=args.quick, as_json=args.json)
+        return run_eval_bench(quick=args.quick, as_json=args.json, progress=progress)
     if args.bench_target == "pin":
         from bir.benchmarks.pin_bench import run_pin_bench
 
-        return run_pin_bench(quick=args.quick, as_json=args.json)
+        claude: Path | None = args.claude
+        if claude is not None:
+            claude = claude.expanduser()
+            if not claude.is_file():
+                raise CommandError(
+                    f"--claude {claude}: there is no such file (give the claude binary's path)", EXIT_USAGE
+                )
+        return run_pin_bench(quick=args.quick, as_json=args.json, claude=claude, progress=progress)
     if args.bench_target == "match":
         from bir.benchmarks.match_bench import run_match_bench
 
@@ -89,4 +147,4 @@ def run(args: argparse.Namespace) -> int:
         return run_workload_bench(quick=args.quick, as_json=args.json)
     from bir.benchmarks.proxy_bench import run_proxy_bench
 
-    return run_proxy_bench(quick=args.quick, as_json=args.json)
+    return run_proxy_bench(quick=args.quick, as_json=args.json, progress=progress)

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
@@ -52,6 +52,7 @@ from bir.evaluator.bench_floor import FloorCase, FloorReply, FloorRequest
 from bir.evaluator.pool import EvaluatorPool
 from bir.evaluator.process import WorkerEvents, WorkerProcess
 from bir.evaluator.wire import Codec, Hello
+from bir.hooks.commands.result import print_refusal
 
 REPORT_VERSION: Final = 1
 # Large enough that no worker is recycled during a run: recycling is measured on its own.
@@ -111,7 +112,9 @@ class BenchError(Exception):
     """The bench could not measure (the floor failed, a body failed, a pool did not start)."""
 
 
-def run_eval_bench(*, quick: bool, as_json: bool, counts: Counts | None = None) -> int:
+def run_eval_bench(
+    *, quick: bool, as_json: bool, counts: Counts | None = None, progress: Callable[[str], None] = lambda _: None
+) -> int:
     """Run the evaluator benchmark and print a table, or one JSON document with ``as_json``.
 
     ``counts`` overrides the iteration counts of the mode (tests use a tiny configuration).
@@ -122,9 +125,12 @@ def run_eval_bench(*, quick: bool, as_json: bool, counts: Counts | None = None) 
     """
     chosen = counts if counts is not None else (QUICK if quick else FULL)
     try:
-        report = measure(chosen, mode="quick" if quick else "full")
+        report = measure(chosen, mode="quick" if quick else "full", progress=progress)
     except (BenchError, LogicError, OSError, RuntimeError) as exc:
-        sys.stderr.write(f"bir bench eval: {str(exc)[:MAX_ERROR_CHARS]}\n")
+        print_refusal(
+            "bir bench eval", "could_not_measure", str(exc)[:MAX_ERROR_CHARS], as_json=as_json, out=sys.stdout,
+            err=sys.stderr,
+        )  # fmt: skip
         return 1
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
@@ -133,8 +139,8 @@ def run_eval_bench(*, quick: bool, as_json: bool, counts: Counts | None = None) 
     return 0
 
 
-def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
-    """Measure the floor, then the pools, and assemble the report.
+def measure(counts: Counts, *, mode: str, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Measure the floor, then the pools, and assemble the report (``progress`` hears each part).
 
     Raises:
         BenchError: the floor failed, or a body answered differently in the pool.
@@ -146,8 +152,9 @@ def measure(counts: Counts, *, mode: str) -> dict[str, Any]:
     started = time.monotonic()
     load_before = os.getloadavg()
     args = {case.name: case.args_factory() for case in CASES}
+    progress(f"the in-process floor: {len(CASES)} bodies, {counts.sequential} calls each…")
     floor = _run_floor(CASES, args, counts)
-    pools = asyncio.run(_measure_pools(CASES, args, counts, workers, floor.results))
+    pools = asyncio.run(_measure_pools(CASES, args, counts, workers, floor.results, progress=progress))
     report: dict[str, Any] = {
         "version": REPORT_VERSION,
         "mode": mode,
@@ -224,6 +231,8 @@ async def _measure_pools(
     counts: Counts,
     workers: int,
     floor_results: dict[str, str],
+    *,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     calls: dict[str, list[_Call]] = {c.name: [(c.kind, c.body, args[c.name])] for c in cases}
     calls[MIX] = [(c.kind, c.body, args[c.name]) for c in cases]
@@ -244,7 +253,8 @@ async def _measure_pools(
             if result != json.loads(floor_results[case.name]):
                 raise BenchError(f"{case.name} answered differently in the pool and in the floor")
         callers_all = counts.callers_per_worker * workers
-        for name, batch in calls.items():
+        for number, (name, batch) in enumerate(calls.items(), 1):
+            progress(f"the pools, {name} ({number} of {len(calls)})…")
             await _sequential(pool, batch, counts.warmup)
             samples = await _sequential(pool, batch, counts.sequential)
             await _saturate(pool_all, batch, max(counts.warmup, workers * 2), callers_all)
@@ -271,16 +281,19 @@ async def _measure_pools(
         recycling = []
         for max_jobs in (config.require_int("BIR_LOGIC_MAX_JOBS"), SMALL_MAX_JOBS):
             for load in ("sequential", "saturated"):
+                progress(f"recycling at max_jobs {max_jobs}, {load}…")
                 row, pool_stats = await _recycling(calls[MIX], counts, workers, max_jobs, load)
                 recycling.append(row)
                 stats[f"recycling_{max_jobs}_{load}"] = pool_stats
 
     walls_cost: dict[str, Any] | None = None
     if counts.walls_starts > 0:
+        progress(f"the kernel's walls, {counts.walls_starts} worker starts with and without…")
         walls_cost = await _walls_cost(calls[MIX], counts)
 
     quickjs: dict[str, Any] | None = None
     if counts.quickjs_calls > 0:
+        progress(f"QuickJS, {counts.quickjs_calls} calls…")
         async with EvaluatorPool(workers=1, max_jobs=BENCH_MAX_JOBS, engine="quickjs") as pool:
             await _sequential(pool, calls[MIX], 2 * len(calls[MIX]))
             quickjs = _latency(await _sequential(pool, calls[MIX], counts.quickjs_calls))

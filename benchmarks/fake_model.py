@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import json
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,6 +167,9 @@ class FakeMessagesApi:
     releaser: Releaser = field(default_factory=Releaser)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _message_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    # Message ids are unique across instances, as the real API's are: a resumed session's transcript holds
+    # the earlier turns' messages, and a turn's usage counts only the ids it has not seen.
+    _message_prefix: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     _tool_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def queue(self, *steps: Step) -> None:
@@ -267,7 +271,7 @@ class FakeMessagesApi:
             content.append({"type": "tool_use", "id": tool_id, "name": tool.name, "input": dict(tool.input)})
         output_tokens = 8 + len(json.dumps(content)) // 4
         return {
-            "id": f"msg_fake_{next(self._message_ids):04d}",
+            "id": f"msg_fake_{self._message_prefix}_{next(self._message_ids):04d}",
             "type": "message",
             "role": "assistant",
             "model": request.body.get("model") or "claude-fake",

@@ -36,6 +36,7 @@ from bir import __version__
 from bir.benchmarks.proxy_bench_report import TOOLS, VARIANTS, build_report, render_table
 from bir.core.log import log_event
 from bir.hooks.api import CALL_ID_KEY
+from bir.hooks.commands.result import print_refusal
 from bir.hooks.discovery import write_discovery
 from bir.hooks.server.control import ControlServer
 from bir.hooks.server.routes import NoSession, ReceivedStep
@@ -110,7 +111,9 @@ def plan_for(*, quick: bool, iterations: int | None = None) -> Plan:
     return Plan(warmup=min(base.warmup, max(1, iterations // 5)), iterations=iterations)
 
 
-def run_proxy_bench(*, quick: bool, as_json: bool, iterations: int | None = None) -> int:
+def run_proxy_bench(
+    *, quick: bool, as_json: bool, iterations: int | None = None, progress: Callable[[str], None] = lambda _: None
+) -> int:
     """Run the bench and print its table (or, with ``as_json``, one JSON document) on stdout.
 
     ``iterations`` overrides the measured rounds; it is for tests and is not on the command line.
@@ -125,11 +128,14 @@ def run_proxy_bench(*, quick: bool, as_json: bool, iterations: int | None = None
         stderr_path = workdir / "servers.stderr"
         try:
             with stderr_path.open("w", encoding="utf-8") as errlog:
-                report = anyio.run(_bench, plan, quick, workdir, errlog, backend="asyncio")
+                report = anyio.run(_bench, plan, quick, workdir, errlog, progress, backend="asyncio")
         except Exception as exc:  # noqa: BLE001 - one line, never a traceback, whatever failed
             tail = _tail(stderr_path)
             log_event("bench.proxy_failed", error=_describe(exc)[:_ERROR_CHARS], stderr_tail=tail)
-            sys.stderr.write(f"bir bench proxy: {_describe(exc)[:_ERROR_CHARS]}\n")
+            print_refusal(
+                "bir bench proxy", "could_not_measure", _describe(exc)[:_ERROR_CHARS], as_json=as_json,
+                out=sys.stdout, err=sys.stderr,
+            )  # fmt: skip
             return 1
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
@@ -138,14 +144,16 @@ def run_proxy_bench(*, quick: bool, as_json: bool, iterations: int | None = None
     return 0
 
 
-async def _bench(plan: Plan, quick: bool, workdir: Path, errlog: TextIO) -> dict[str, Any]:
+async def _bench(
+    plan: Plan, quick: bool, workdir: Path, errlog: TextIO, progress: Callable[[str], None]
+) -> dict[str, Any]:
     if importlib.util.find_spec(FLEET_MODULE) is None:
         raise BenchError(f"the demo upstream is missing: {FLEET_MODULE}")
     load_start = os.getloadavg()[0]
     started_at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     ops = 2 * len(VARIANTS) + 1
     with anyio.fail_after(_BASE_BUDGET_S + (plan.warmup + plan.iterations) * ops * _PER_OP_BUDGET_S):
-        samples, steps, reports = await _measure(plan, workdir, errlog)
+        samples, steps, reports = await _measure(plan, workdir, errlog, progress)
     meta = {
         "bench": "proxy",
         "version": __version__,
@@ -164,7 +172,7 @@ async def _bench(plan: Plan, quick: bool, workdir: Path, errlog: TextIO) -> dict
     return build_report(samples, steps, meta=meta)
 
 
-async def _measure(plan: Plan, workdir: Path, errlog: TextIO) -> _Measured:
+async def _measure(plan: Plan, workdir: Path, errlog: TextIO, progress: Callable[[str], None]) -> _Measured:
     home, project = workdir / "home", workdir / "project"
     home.mkdir()
     project.mkdir()
@@ -174,6 +182,7 @@ async def _measure(plan: Plan, workdir: Path, errlog: TextIO) -> _Measured:
         await control.start()
         # The proxy finds the control server through discovery under its own BIR_HOME.
         write_discovery(control.discovery(project), home=home)
+        progress("starting the demo fleet three ways (bare, relayed, relayed with a control server)…")
         async with AsyncExitStack() as stack:
             fleet = [sys.executable, "-m", FLEET_MODULE]
             relay = [sys.executable, "-m", "bir.proxy", "--server-name", SERVER_NAME]
@@ -185,13 +194,20 @@ async def _measure(plan: Plan, workdir: Path, errlog: TextIO) -> _Measured:
             await _until_served(control)
             await _check_declared(known, declared=True)
             await _check_declared(plain, declared=False)
-            return await _rounds(plan, {"direct": direct, "relayed": plain, "relayed_control": known}, control, reports)
+            clients = {"direct": direct, "relayed": plain, "relayed_control": known}
+            return await _rounds(plan, clients, control, reports, progress)
     finally:
         with anyio.CancelScope(shield=True):
             await control.stop()
 
 
-async def _rounds(plan: Plan, clients: dict[str, Client], control: ControlServer, reports: _StepReports) -> _Measured:
+async def _rounds(
+    plan: Plan,
+    clients: dict[str, Client],
+    control: ControlServer,
+    reports: _StepReports,
+    progress: Callable[[str], None],
+) -> _Measured:
     samples: dict[str, dict[str, list[int]]] = {tool: {variant: [] for variant in VARIANTS} for tool in TOOLS}
     steps: list[int] = []
     sent = 0
@@ -230,7 +246,9 @@ async def _rounds(plan: Plan, clients: dict[str, Client], control: ControlServer
             steps.append(took)
 
     ops = [tools_call(tool, variant) for tool in TOOLS for variant in VARIANTS] + [direct_step]
-    for round_no in range(plan.warmup + plan.iterations):
+    rounds = plan.warmup + plan.iterations
+    for round_no in range(rounds):
+        progress(f"round {round_no + 1} of {rounds}{' (warm-up)' if round_no < plan.warmup else ''}…")
         shift = round_no % len(ops)
         for op in ops[shift:] + ops[:shift]:
             await op(round_no, round_no >= plan.warmup)

@@ -5,11 +5,15 @@ The scenario's bodies (``paramsLogic``, each step's ``toolInputLogic`` and ``too
 arguments it would really get: the parameters (the scenario's samples, or the prompt's derivation
 when ``--prompt`` is given and derivation can run), the ``respParams`` the earlier steps built, and
 each step's output: the step's own recorded output, else the source run's (``--run``, when the
-service is configured), else the ``--outputs`` file's (a JSON object, step index -> output). Then
-each body runs many times with those arguments in a one-worker pool, one call at a time, and the
-report gives each body's p50/p99/max, the ``BIR_LOGIC_TIMEOUT_MS`` that fits with a stated margin
-over the slowest call (within the variable's ceiling), the bodies within 2x of the current limit,
-and where the current value comes from.
+service is configured), else the ``--outputs`` file's (a JSON object, step index -> output, or the
+document ``bir replay --json`` prints). Then each body runs many times with those arguments in a
+one-worker pool, one call at a time, and the report gives each body's p50/p99/max, the
+``BIR_LOGIC_TIMEOUT_MS`` that fits with a stated margin over the slowest call (within the variable's
+ceiling), the bodies within 2x of the current limit, and where the current value comes from.
+
+Advice is given only on what was measured: when a body timed out, failed, or could not be run (no
+output for its step), the report says which and why, suggests no value at all (a limit that fits the
+other bodies may not fit that one), and the command exits 1.
 
 The pool runs with the ceiling as its limit, so a body slower than the current limit is measured
 instead of cut short. Every figure is measured in the run; nothing is a constant.
@@ -23,7 +27,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -32,7 +36,7 @@ from bir.benchmarks.stats import percentile
 from bir.core import config
 from bir.core.derive import derive_parameters, resolve_api_key
 from bir.core.errors import LogicError
-from bir.core.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.logic import merge_resp_params
 from bir.core.redact import redact_text
 from bir.core.service import ServiceClient
@@ -135,11 +139,30 @@ def current_limit() -> dict[str, Any]:
 # --- the inputs ------------------------------------------------------------------------------------------
 
 
+def _replay_outputs(path: Path, steps: list[Any]) -> dict[int, str]:
+    """The outputs of a ``bir replay --json`` document: each step that ran, by its ``stepIndex``."""
+    outputs: dict[int, str] = {}
+    for step in steps:
+        if not isinstance(step, dict):
+            continue
+        index, output = step.get("stepIndex"), step.get("output")
+        if isinstance(index, int) and isinstance(output, str):
+            total = step.get("outputChars")
+            if isinstance(total, int) and total > len(output):
+                raise ScenarioBenchError(
+                    f"{path}: step {index}'s output was cut to {len(output)} of {total} characters by bir replay "
+                    "--json; give the whole output instead (a JSON object, step index -> output)"
+                )
+            outputs[index] = output
+    return outputs
+
+
 def read_outputs_file(path: Path) -> dict[int, str]:
-    """``--outputs``: a JSON object from step index to that step's output (text, or JSON given as text).
+    """``--outputs``: a JSON object from step index to that step's output (text, or JSON given as text),
+    or what ``bir replay --json`` prints (its steps' outputs).
 
     Raises:
-        ScenarioBenchError: the file is missing, too large, not JSON, or not such an object.
+        ScenarioBenchError: the file is missing, too large, not JSON, or neither shape.
     """
     try:
         if path.stat().st_size > MAX_OUTPUTS_BYTES:
@@ -150,13 +173,18 @@ def read_outputs_file(path: Path) -> dict[int, str]:
     except ValueError as exc:
         raise ScenarioBenchError(f"{path}: not JSON ({str(exc)[:200]})") from None
     if not isinstance(data, dict):
-        raise ScenarioBenchError(f"{path}: expected an object from step index to output")
+        raise ScenarioBenchError(f"{path}: expected an object from step index to output, or bir replay --json")
+    if isinstance(data.get("steps"), list):
+        return _replay_outputs(path, data["steps"])
     outputs: dict[int, str] = {}
     for key, value in data.items():
         try:
             index = int(key)
         except ValueError:
-            raise ScenarioBenchError(f"{path}: {key[:40]!r} is not a step index") from None
+            raise ScenarioBenchError(
+                f"{path}: {key[:40]!r} is not a step index (give an object from step index to output, or the "
+                "document bir replay --json prints)"
+            ) from None
         outputs[index] = recorded_text(value)
     return outputs
 
@@ -270,8 +298,9 @@ async def _time(pool: EvaluatorPool, entry: _Body, calls: int) -> None:
         entry.samples_ns.append(clock() - started)
 
 
-async def measure(args: BenchArgs) -> dict[str, Any]:
+async def measure(args: BenchArgs, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Load the scenario, its parameters and outputs, run the chain once, time each body; the report.
+    ``progress`` hears which body is being timed.
 
     Raises:
         ScenarioBenchError: the scenario or the outputs file cannot be used.
@@ -290,9 +319,11 @@ async def measure(args: BenchArgs) -> dict[str, Any]:
         params, param_sources = await _params(args, scenario, service)
         outputs, output_sources = await _outputs(args, scenario, service)
     async with EvaluatorPool(workers=1, timeout_ms=int(limit["ceiling_ms"]), max_jobs=1_000_000) as pool:
+        progress("running each body once, in a replay's order…")
         bodies = await _chain(pool, scenario, params, outputs)
-        for entry in bodies:
+        for number, entry in enumerate(bodies, 1):
             if entry.args is not None and entry.error is None:
+                progress(f"timing {entry.label} ({number} of {len(bodies)}), {args.calls} calls…")
                 try:
                     await _time(pool, entry, args.calls)
                 except LogicError as exc:  # it passed once and failed later: say so, keep what was measured
@@ -300,8 +331,12 @@ async def measure(args: BenchArgs) -> dict[str, Any]:
         engine = pool.engine
     rows = [_row(entry, limit["value_ms"], output_sources) for entry in bodies]
     timed = [row for row in rows if row["calls"]]
+    unmeasured = [
+        {"body": row["body"], "why": row["error"] or row["skipped"]} for row in rows if row["error"] or row["skipped"]
+    ]
     worst = max((row["max_ms"] for row in timed), default=None)
-    suggestion = suggest_timeout(worst, int(limit["ceiling_ms"])) if worst is not None else None
+    # A limit that fits the measured bodies says nothing about one that was not measured: no advice then.
+    suggestion = suggest_timeout(worst, int(limit["ceiling_ms"])) if worst is not None and not unmeasured else None
     return {
         "version": REPORT_VERSION,
         "scenario": {"id": scenario.id, "intent": scenario.intent, "steps": len(scenario.steps), "ref": args.scenario},
@@ -322,6 +357,7 @@ async def measure(args: BenchArgs) -> dict[str, Any]:
         },
         "near_limit": [row["body"] for row in timed if row["near_limit"]],
         "failed": [row["body"] for row in rows if row["error"]],
+        "unmeasured": unmeasured,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "duration_s": round(time.monotonic() - started, 2),
     }
@@ -390,7 +426,15 @@ def render_text(report: dict[str, Any]) -> str:
         f"ceiling {current['ceiling_ms']}."
     )
     suggested = report["suggested"]
-    if suggested is None:
+    unmeasured = report["unmeasured"]
+    if unmeasured:
+        lines.append(f"could not measure {len(unmeasured)} of {len(report['bodies'])} bodies:")
+        lines += [f"  {entry['body']}: {entry['why']}" for entry in unmeasured]
+        lines.append(
+            f"no {TIMEOUT_VARIABLE} is suggested: a limit that fits the bodies measured may not fit these. Give each "
+            "step an output (--outputs FILE, --run RUN_ID) or fix the body that fails, then run this again."
+        )
+    elif suggested is None:
         lines.append("no body could be timed: nothing to suggest.")
     else:
         wanted = suggested["worst_ms"] * suggested["margin"]
@@ -406,8 +450,6 @@ def render_text(report: dict[str, Any]) -> str:
         )
     near = report["near_limit"]
     lines.append(f"within 2x of the current limit: {', '.join(near) if near else 'none'}.")
-    if report["failed"]:
-        lines.append(f"failed: {', '.join(report['failed'])}.")
     lines.append(f"took {report['duration_s']:.1f} s; load {' '.join(f'{x:.2f}' for x in report['loadavg'])}")
     return "\n".join(lines) + "\n"
 
@@ -416,22 +458,18 @@ def _size(n: int) -> str:
     return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB"
 
 
-def run_scenario_bench(args: BenchArgs, *, as_json: bool) -> int:
-    """Run the bench and print it (one JSON document with ``as_json``); 0 measured, 1 could not, 2 usage.
+def run_scenario_bench(args: BenchArgs, *, as_json: bool, progress: Callable[[str], None] = lambda _: None) -> int:
+    """Run the bench and print it (one JSON document with ``as_json``); 0 every body measured, 1 a body
+    could not be (no limit is suggested) or the bench could not run.
 
     Raises:
+        ScenarioBenchError: the scenario, the outputs file or an option cannot be used (usage).
+        RuntimeError: the pool's worker could not start.
         ConfigError: a ``BIR_*`` variable cannot be used.
     """
-    try:
-        report = asyncio.run(measure(args))
-    except ScenarioBenchError as exc:
-        sys.stderr.write(f"bir bench eval: {str(exc)[:MAX_ERROR_CHARS]}\n")
-        return EXIT_USAGE
-    except (RuntimeError, OSError) as exc:
-        sys.stderr.write(f"bir bench eval: {str(exc)[:MAX_ERROR_CHARS]}\n")
-        return EXIT_FAILED
+    report = asyncio.run(measure(args, progress))
     sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n" if as_json else render_text(report))
-    return EXIT_OK
+    return EXIT_FAILED if report["unmeasured"] else EXIT_OK
 
 
 def main_args(namespace: Any) -> BenchArgs:

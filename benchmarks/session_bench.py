@@ -1,18 +1,20 @@
 """The whole session: what bir's hooks add to each tool call of a real Claude Code session.
 
 One scripted session of N ``Bash true`` calls (the fake Messages API of ``bir.benchmarks.fake_model``
-answers each request with the next call) runs five ways in a temporary project: with no hooks, with two
+answers each request with the next call) runs six ways in a temporary project: with no hooks, with two
 bare ``python3 -S`` command hooks (PreToolUse and PostToolUse, printing ``{}``), with two ``mcp_tool``
 hooks on a stdio MCP server answering ``{}`` (``bir.benchmarks.empty_hook_server``: what Claude Code
-itself spends on such a hook), with bir's hooks as ``bir install`` writes them, and as ``bir install
---replay --mcp-hooks`` writes them (the tool events answered in ``bir-scenario``), the project's control
-server running for both. A tool call's time is the gap
+itself spends on such a hook), and with bir's hooks as ``bir install`` writes them by default (the tool
+events as ``mcp_tool`` hooks answered in ``bir-scenario``), with ``--replay``, and with
+``--command-hooks`` (a ``bir-hook`` process per tool event, the default before), the project's control
+server running for each. A tool call's time is the gap
 between two consecutive model requests as the fake receives them (the model's answer, the PreToolUse
 hook, the tool, the PostToolUse hook, the next request): the session's start and end (SessionStart,
 the prompt, Stop) fall outside it. The first gap of a session is left out (its host warms up).
 
-Measured only when a Claude Code binary is at hand: the test peers that ``tests/peers.py`` installs
-into ``<checkout>/.peers/``. Otherwise the report says so and nothing is invented.
+Measured only when a Claude Code binary is at hand: ``bir bench pin --claude PATH``, else ``claude`` on
+``PATH``, else the test peers that ``tests/peers.py`` installs into ``<checkout>/.peers/``. Otherwise the
+report says so and nothing is invented.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ from bir.benchmarks.fake_model import ApiRequest, FakeMessagesApi, Step, Turn, c
 from bir.benchmarks.stats import percentile
 from bir.hooks.hook_client import read_server
 
-VARIANTS: Final = ("no_hooks", "python_hooks", "mcp_hooks", "bir_hooks", "bir_mcp_hooks")
+VARIANTS: Final = ("no_hooks", "python_hooks", "mcp_hooks", "bir_default", "bir_replay", "bir_command_hooks")
 # The variants with bir installed, and the options ``bir install`` gets for each.
-BIR_VARIANTS: Final = {"bir_hooks": (), "bir_mcp_hooks": ("--replay", "--mcp-hooks")}
+BIR_VARIANTS: Final = {"bir_default": (), "bir_replay": ("--replay",), "bir_command_hooks": ("--command-hooks",)}
 # The Pre/PostToolUse hook events an ``mcp_tool`` hook variant answers.
 TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse")
 SESSION_TIMEOUT_S: Final = 120.0
@@ -53,15 +55,21 @@ POLL_S: Final = 0.05
 IDLE_CPU_S: Final = 0.01
 IDLE_WINDOW_S: Final = 0.25
 MAX_ERROR_CHARS: Final = 600
-NOT_AT_HAND: Final = "not measured: no Claude Code binary at hand (the test peers install one into .peers/)"
+NOT_AT_HAND: Final = (
+    "not measured: no Claude Code binary at hand (give one with --claude PATH, or put `claude` on PATH)"
+)
 
 
 class SessionBenchError(Exception):
     """A session could not be measured: claude failed, or the control server did not start."""
 
 
-def find_claude_binary(root: Path | None = None) -> Path | None:
-    """The newest Claude Code binary the test peers installed under ``root/.peers`` (default: this checkout)."""
+def find_claude_binary(root: Path | None = None, path: str | None = None) -> Path | None:
+    """``claude`` on ``path`` (default: ``PATH``), else the newest Claude Code binary the test peers installed
+    under ``root/.peers`` (default: this checkout's)."""
+    on_path = shutil.which("claude", path=path)
+    if on_path is not None:
+        return Path(on_path)
     base = (root if root is not None else Path(__file__).resolve().parents[1]) / ".peers"
     found: list[tuple[tuple[int, ...], Path]] = []
     for binary in base.glob("claude-code-*/node_modules/@anthropic-ai/claude-code-linux-*/claude"):
@@ -247,9 +255,8 @@ def measure_sessions(binary: Path | None, *, calls: int, rounds: int) -> dict[st
     figures = {variant: _per_call(samples) for variant, samples in gaps.items()}
     none = figures["no_hooks"]["p50_ms"]
     added = {variant: round(figures[variant]["p50_ms"] - none, 1) for variant in VARIANTS[1:]}
-    python = added["python_hooks"]
-    ratio = round(added["bir_hooks"] / python, 2) if python > 0 else None
-    mcp_ratio = round(added["bir_mcp_hooks"] / python, 2) if python > 0 else None
+    # A tool call's time under each variant over its time with no hooks, p50 (1.0: it costs nothing).
+    versus = {variant: round(figures[variant]["p50_ms"] / none, 2) if none > 0 else None for variant in VARIANTS[1:]}
     return {
         "measured": True,
         "claude": str(binary),
@@ -257,8 +264,7 @@ def measure_sessions(binary: Path | None, *, calls: int, rounds: int) -> dict[st
         "rounds": rounds,
         "tool_call": figures,
         "added_per_call_p50_ms": added,
-        "bir_vs_python_hooks_added": ratio,
-        "bir_mcp_vs_python_hooks_added": mcp_ratio,
+        "vs_no_hooks_p50": versus,
     }
 
 

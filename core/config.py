@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final, Literal, NamedTuple
 
+from bir.core.secret_values import register_secret_variables
+
 # No dataclasses and no logging on import: `bir-hook` imports this module at every tool call, and
 # `dataclasses` (with `inspect`) and the logger cost it milliseconds each (see `bir bench pin`).
 
@@ -278,6 +280,15 @@ _VARS: tuple[Variable, ...] = (
     Variable("BIR_USE_ANTHROPIC_API_KEY", "flag", False, "`1` lets derivation use ANTHROPIC_API_KEY."),
     Variable("BIR_DERIVE_MODEL", "str", "claude-haiku-4-5-20251001", "Model of the derivation call."),
     Variable(
+        "BIR_CONTROL_IDLE_MS",
+        "int",
+        1_800_000,
+        "A control server that has heard from no hook, no proxy and no `bir` server for this long exits "
+        "(the next hook revives it); `0` keeps it running.",
+        ceiling=604_800_000,
+        floor=0,
+    ),
+    Variable(
         "BIR_SERVER_NAME",
         "str",
         None,
@@ -287,6 +298,7 @@ _VARS: tuple[Variable, ...] = (
 
 VARIABLES: Mapping[str, Variable] = {v.name: v for v in _VARS}
 SECRETS: frozenset[str] = frozenset(v.name for v in _VARS if v.secret)
+register_secret_variables(SECRETS)
 
 _clamped_lock = _thread.allocate_lock()
 _clamped_logged: set[tuple[str, str]] = set()
@@ -439,6 +451,17 @@ def validate_all(env: Mapping[str, str] | None = None) -> None:
         value_of(var, env)
 
 
+def invalid_variables(env: Mapping[str, str] | None = None) -> list[tuple[str, ConfigError]]:
+    """Every ``BIR_*`` variable holding a value bir cannot use, with its error (``bir doctor`` lists them)."""
+    found: list[tuple[str, ConfigError]] = []
+    for var in _VARS:
+        try:
+            value_of(var, env)
+        except ConfigError as exc:
+            found.append((var.name, exc))
+    return found
+
+
 class Setting(NamedTuple):
     """One row of ``bir config``: the value in effect (``(set)`` for a secret), its default, where it comes from."""
 
@@ -451,8 +474,10 @@ class Setting(NamedTuple):
 def settings(env: Mapping[str, str] | None = None) -> list[Setting]:
     """Every variable as ``bir config`` shows it; a value bir cannot use is shown with its error.
 
-    Secrets are never shown, only whether they are set.
+    Secrets are never shown, only whether they are set, and a URL never with its userinfo.
     """
+    from bir.core.urls import hide_userinfo
+
     rows: list[Setting] = []
     for var in _VARS:
         raw = _raw(var.name, env)
@@ -469,7 +494,7 @@ def settings(env: Mapping[str, str] | None = None) -> list[Setting]:
             shown = f"invalid: {exc}"
         else:
             shown = ",".join(value) if isinstance(value, tuple) else str(value)
-        rows.append(Setting(var.name, shown, default, "environment"))
+        rows.append(Setting(var.name, hide_userinfo(shown), default, "environment"))
     return rows
 
 

@@ -30,3 +30,16 @@ def mode_for(steps: Sequence[ScenarioStep] | Sequence[str], wrapped: AbstractSet
         return "none"
     names = (step if isinstance(step, str) else step.tool_name for step in steps)
     return "direct" if all(reach_of(name, wrapped) == "direct" for name in names) else "steer"
+
+
+def servers_of(steps: Sequence[ScenarioStep] | Sequence[str]) -> frozenset[str]:
+    """The MCP servers the steps call, by key (``mcp__fleet__get_device`` → ``fleet``)."""
+    names = (step if isinstance(step, str) else step.tool_name for step in steps)
+    return frozenset(parsed[0] for parsed in map(parse_qualified_name, names) if parsed is not None)
+
+
+def scenario_mode(steps: Sequence[ScenarioStep] | Sequence[str]) -> ReplayMode:
+    """The mode the scenario itself calls for: the one a session arms it in with every server it names
+    wrapped. ``bir replay`` shows this one whatever runs the steps here (which servers are reachable is
+    its own question), so the mode a person reads never depends on ``--wrap``."""
+    return mode_for(steps, servers_of(steps))

@@ -18,7 +18,10 @@ from typing import Final, Literal
 
 from bir.core import config
 from bir.core.atomic import write_atomic
+from bir.core.home_files import private_dir, read_private
 from bir.core.log import log_event
+from bir.core.secret_values import remember_secret
+from bir.core.urls import display_url, insecure_reason
 
 VERSION: Final = 1
 # A URL and a token fit in far less; anything larger is not ours.
@@ -68,7 +71,11 @@ def normalize_url(url: str) -> str:
     text = url.strip().rstrip("/")
     parts = urlsplit(text)
     if len(text) > MAX_URL_CHARS or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url[:200]!r} is not an http(s) URL with a host (e.g. https://basein.example.com)")
+        shown = display_url(url[:200])
+        raise ValueError(f"{shown!r} is not an http(s) URL with a host (e.g. https://basein.example.com)")
+    reason = insecure_reason(text)
+    if reason is not None:
+        raise ValueError(reason)
     return text
 
 
@@ -76,8 +83,7 @@ def load(home: Path | None = None) -> Credentials | None:
     """The stored sign-in, or None (absent, unreadable or not this shape: logged, never raised)."""
     path = credentials_path(home)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        data = read_private(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -94,6 +100,7 @@ def load(home: Path | None = None) -> Credentials | None:
     if not (isinstance(url, str) and url and isinstance(token, str) and token and isinstance(saved_at, int)):
         log_event("credentials.corrupt", path=str(path))
         return None
+    remember_secret(token)
     return Credentials(url, token, saved_at)
 
 
@@ -112,7 +119,7 @@ def save(url: str, token: str, home: Path | None = None) -> Credentials:
     path = credentials_path(home)
     body = {"version": VERSION, "url": creds.url, "token": creds.token, "savedAt": creds.saved_at}
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(path.parent)
         write_atomic(path, json.dumps(body, indent=2).encode("utf-8") + b"\n")
     except OSError as exc:
         raise CredentialsError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from bir.core.bundle import BASH_CHANNEL_MAX, BASH_INLINE_MAX, MAX_REPLAY_REASON, bash_heredoc_command, truncate
+from bir.core.home_files import open_private, private_dir
+from bir.core.printable import printable
 
 TMP_MAX_AGE_S: Final = 3600.0
 _PREFIX: Final = "bundle-"
@@ -43,7 +45,8 @@ def tmp_dir(home: Path) -> Path:
 def deliver(text: str, tool_name: str | None, home: Path) -> Delivery:
     """The best channel for ``text`` in place of a call to ``tool_name``."""
     if tool_name == "Bash":
-        body = truncate(text, BASH_CHANNEL_MAX)
+        # Printed by the shell into the host's terminal: no control character gets there.
+        body = truncate(printable(text), BASH_CHANNEL_MAX)
         if len(body) <= BASH_INLINE_MAX:
             return Delivery("bash_clean", command=bash_heredoc_command(body))
         path = _write_private(tmp_dir(home), body)
@@ -55,10 +58,10 @@ def deliver(text: str, tool_name: str | None, home: Path) -> Delivery:
 def _write_private(folder: Path, text: str) -> Path | None:
     """Write ``text`` to a new ``0600`` file in ``folder``; None when it cannot be written."""
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(folder.parent, folder.name)
         sweep(folder)
         path = folder / f"{_PREFIX}{secrets.token_hex(8)}.txt"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = open_private(path, "new")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError:

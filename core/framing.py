@@ -13,6 +13,7 @@ exactly as they went in, without their ``\\n``.
 from __future__ import annotations
 
 import enum
+import json
 from collections import deque
 from typing import Any, Final, Literal
 
@@ -175,14 +176,58 @@ _envelope_decoder: Final = msgspec.json.Decoder(Envelope)
 
 def peek(line: bytes) -> Envelope | None:
     """The routing fields of ``line``, or ``None`` when it is not one JSON-RPC object (a batch,
-    a blank line, noise): such a line is forwarded untouched."""
+    a blank line, noise) or cannot be read (nested too deeply, a lone surrogate): such a line is
+    forwarded untouched."""
     stripped = line.strip()
     if not stripped.startswith(b"{"):
         return None
     try:
         return _envelope_decoder.decode(stripped)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
+
+
+class _NoId(enum.Enum):
+    NO_ID = "NO_ID"
+
+
+NO_ID: Final = _NoId.NO_ID
+"""What ``unreadable_id`` answers when not even the id of a line can be found."""
+
+
+def unreadable_id(line: bytes) -> RequestId | Literal[_NoId.NO_ID]:
+    """The id of a JSON-RPC response ``peek`` could not read (a lone surrogate ``\\ud800`` in a string,
+    which the standard library's parser accepts), so its request can fail at once; ``NO_ID`` when there is
+    none or the line is nested too deeply for any parser.
+
+    Only called for the rare line ``peek`` refused.
+    """
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return NO_ID
+    if not isinstance(message, dict) or "method" in message or "id" not in message:
+        return NO_ID
+    request_id = message["id"]
+    if request_id is None or (isinstance(request_id, int | float | str) and not isinstance(request_id, bool)):
+        return request_id
+    return NO_ID
+
+
+def deeper_than(value: object, limit: int) -> bool:
+    """True when ``value`` (decoded JSON) nests lists and objects more than ``limit`` levels deep.
+
+    Iterative, so a value too deep for a recursive encoder or decoder is measured without one.
+    """
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def id_key(request_id: RequestId) -> tuple[bool, RequestId]:

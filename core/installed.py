@@ -27,6 +27,7 @@ from typing import Any
 
 from bir.core import config
 from bir.core.atomic import write_atomic
+from bir.core.home_files import open_private, private_dir, read_private
 from bir.core.log import log_event
 from bir.core.paths import resolve_project
 
@@ -123,8 +124,7 @@ def _parse(data: bytes) -> InstalledProjects:
 def _read(path: Path) -> tuple[InstalledProjects, bool]:
     """The store, and whether the file on disk is corrupt (present but unusable)."""
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        data = read_private(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return InstalledProjects(), False
     except OSError as exc:
@@ -147,6 +147,12 @@ def project(path: str | os.PathLike[str], home: Path | None = None) -> ProjectSw
     return load(home).projects.get(str(resolve_project(path)))
 
 
+def replay_on(switches: ProjectSwitches | None) -> bool:
+    """Replay as every process reads it (D14): the project's stored switch on (``bir install --replay``,
+    ``bir replay on``) and ``BIR_REPLAY`` not ``0``."""
+    return config.get_flag("BIR_REPLAY") is not False and switches is not None and switches.replay
+
+
 def is_installed(path: str | os.PathLike[str], home: Path | None = None) -> bool:
     """Whether bir is installed in the project at ``path``."""
     return project(path, home) is not None
@@ -154,8 +160,8 @@ def is_installed(path: str | os.PathLike[str], home: Path | None = None) -> bool
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    private_dir(path.parent)
+    fd = open_private(path.with_name(path.name + ".lock"), "update")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -8,15 +8,20 @@ person). stdout is never touched: on a stdio MCP server it is the protocol chann
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
+from bir.core.home_files import open_private, private_dir
+from bir.core.secret_values import redact_values
 from bir.core.truncate import cut_counted
+from bir.core.urls import hide_userinfo
 
 # Bounds, so that a log line can never carry a body's 200,000-character error or a whole tool output.
 MAX_FIELD_CHARS = 2_000
@@ -42,12 +47,12 @@ class _RotatingFile:
     def __init__(self, path: Path, max_bytes: int) -> None:
         self.path = path
         self._max = max_bytes
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Logs live in <BIR_HOME>/logs: both folders are checked (bir.core.home_files).
+        private_dir(path.parent.parent, path.parent.name)
         self._handle = self._open()
 
     def _open(self) -> IO[str]:
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        return os.fdopen(fd, "a", encoding="utf-8")
+        return os.fdopen(open_private(self.path, "append"), "a", encoding="utf-8")
 
     def write(self, text: str) -> int:
         written = self._handle.write(text)
@@ -74,13 +79,36 @@ def set_stream(stream: IO[str] | _Sink | None) -> None:
 
 
 def log_to_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Path:
-    """Send every later log line to ``path`` (created 0600, rotated past ``max_bytes``) and return it.
+    """Send every later log line to ``path`` (``<BIR_HOME>/logs/<name>``, created 0600, rotated past
+    ``max_bytes``) and return it.
+
+    Raises:
+        OSError: the file or its folder cannot be created, or is not one bir can trust (``HomeError``).
+    """
+    set_stream(_RotatingFile(path, max_bytes))
+    return path
+
+
+@contextlib.contextmanager
+def logging_to(path: Path) -> Iterator[Path]:
+    """Log lines go to ``path`` for the block, then back where they went before (a file is reopened).
 
     Raises:
         OSError: the file or its folder cannot be created.
     """
-    set_stream(_RotatingFile(path, max_bytes))
-    return path
+    previous = _stream
+    previous_path = previous.path if isinstance(previous, _RotatingFile) else None
+    log_to_file(path)
+    try:
+        yield path
+    finally:
+        if previous_path is not None:
+            try:
+                log_to_file(previous_path)
+            except OSError:
+                set_stream(None)
+        else:
+            set_stream(previous)
 
 
 def logs_dir(home: Path) -> Path:
@@ -113,7 +141,8 @@ def format_event(event: str, fields: dict[str, Any]) -> str:
     for key, value in fields.items():
         if key not in ("ts", "event"):
             record[key] = _bounded(value)
-    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+    # No known secret and no URL's userinfo is ever written down, whoever logged it.
+    line = hide_userinfo(redact_values(json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)))
     if len(line) > MAX_LINE_CHARS:
         line = json.dumps(
             {"ts": record["ts"], "event": event, "truncated": True, "head": line[: MAX_LINE_CHARS // 2]},

@@ -19,11 +19,24 @@ object"; treating it as missing is the kinder reading of a scenario with a field
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Awaitable, Mapping
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from bir.core.errors import LogicError
 from bir.core.types import LogicKind, Scenario, ScenarioStep
+
+# Each body's parameters, in the contract's order (logic-contract.md; the evaluator's realm compiles
+# every body as ``function (<these>) { <body> }``, and a test holds the two to the same names).
+PARAMETERS: Final[Mapping[LogicKind, str]] = {
+    "paramsLogic": "params",
+    "toolInputLogic": "params, respParams",
+    "toolOutputLogic": "toolOutput, params, respParams",
+    "responseParamsLogic": "params, respParams",
+}
+_BODY_LINE: Final = re.compile(r"\(line (\d+) of the body\)")
 
 
 class Evaluator(Protocol):
@@ -114,3 +127,87 @@ async def eval_response_params_logic(
 def merge_resp_params(resp_params: Mapping[str, object], derived: Mapping[str, object]) -> dict[str, Any]:
     """``{...respParams, ...derived}``: a step's output keys replace earlier ones of the same name."""
     return {**resp_params, **derived}
+
+
+@dataclass(frozen=True)
+class CompileFailure:
+    """A body of a scenario that does not compile: which one (``label``: ``step 2 toolOutputLogic``), why."""
+
+    label: str
+    kind: LogicKind
+    step_index: int | None
+    message: str
+
+
+def _function_source(kind: LogicKind, body: str) -> str:
+    return f"function ({PARAMETERS[kind]}) {{\n{body}\n}}"
+
+
+def _probe(kind: LogicKind, body: str) -> str:
+    """A ``paramsLogic`` body that compiles ``body`` as the evaluator would (inside a function of the same
+    parameters) and never calls it. It answers whether the engine shows a function's source at all and,
+    if so, whether the function's source is exactly what was meant: a body that closes its function
+    early compiles inside the probe, but is then a different function than the one written."""
+    return (
+        f"const probe = {_function_source(kind, body)};\n"
+        "const sample = function (a) {\nreturn 1;\n};\n"
+        f'return {{ shows: String(sample) === "function (a) {{\\nreturn 1;\\n}}", '
+        f"same: String(probe) === {json.dumps(_function_source(kind, body))} }};"
+    )
+
+
+def _located(message: str, kind: LogicKind) -> str:
+    """The engine's message about the probe as one about the body: its kind, and the body's own line."""
+    message = message.replace("paramsLogic did not compile", f"{kind} does not compile", 1)
+    return _BODY_LINE.sub(lambda m: f"(line {max(1, int(m.group(1)) - 1)} of the body)", message)
+
+
+async def compile_failure(pool: Evaluator, kind: LogicKind, body: str) -> str | None:
+    """Why ``body`` does not compile as a ``kind`` body, or None when it does; none of it runs.
+
+    Raises:
+        LogicError: the evaluator could not check it (crashed, overloaded, closed).
+    """
+    try:
+        answer = await pool.evaluate("paramsLogic", _probe(kind, body), {})
+    except LogicError as exc:
+        if exc.reason == "compile":
+            return _located(exc.message, kind)
+        if exc.reason in ("crashed", "overloaded", "closed"):
+            raise
+        # The probe never calls the body: a body that ran anyway got out of its function.
+        return f"{kind} is not a function body: part of it runs outside its function ({exc.reason})"
+    if answer.get("shows") is True and answer.get("same") is not True:
+        return f"{kind} is not a function body: it closes its function early"
+    return None
+
+
+def bodies_of(scenario: Scenario) -> list[tuple[str, LogicKind, int | None, str]]:
+    """Every body of ``scenario`` that is present, in the order a replay runs them: (label, kind, step, body)."""
+    found: list[tuple[str, LogicKind, int | None, str]] = []
+    body = _present(scenario.params_logic)
+    if body is not None:
+        found.append(("paramsLogic", "paramsLogic", None, body))
+    for step in scenario.steps:
+        for kind, text in (("toolInputLogic", step.tool_input_logic), ("toolOutputLogic", step.tool_output_logic)):
+            body = _present(text)
+            if body is not None:
+                found.append((f"step {step.step_index} {kind}", kind, step.step_index, body))  # type: ignore[arg-type]
+    body = _present(scenario.response_params_logic)
+    if body is not None:
+        found.append(("responseParamsLogic", "responseParamsLogic", None, body))
+    return found
+
+
+async def compile_check(pool: Evaluator, scenario: Scenario) -> list[CompileFailure]:
+    """Every body of ``scenario`` that does not compile, checked in the pool before any of them runs.
+
+    Raises:
+        LogicError: the evaluator could not check them.
+    """
+    failures: list[CompileFailure] = []
+    for label, kind, step_index, body in bodies_of(scenario):
+        why = await compile_failure(pool, kind, body)
+        if why is not None:
+            failures.append(CompileFailure(label, kind, step_index, why))
+    return failures

@@ -50,6 +50,11 @@ def revive_stamp(home: Path, project_dir: str | os.PathLike[str]) -> Path:
     return control_dir(home) / f"{project_key(project_dir)}.revive"
 
 
+def stall_stamp(home: Path, project_dir: str | os.PathLike[str]) -> Path:
+    """``<BIR_HOME>/control/<key>.stalled``: a hook's note that the live server (its pid inside) did not answer."""
+    return control_dir(home) / f"{project_key(project_dir)}.stalled"
+
+
 def server_lock(home: Path, project_dir: str | os.PathLike[str]) -> Path:
     """``<BIR_HOME>/control/<key>.lock``: held (``flock``) by the project's control server for its life."""
     return control_dir(home) / f"{project_key(project_dir)}.lock"

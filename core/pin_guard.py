@@ -5,7 +5,9 @@ that plausibly *is* the step. A declined call runs exactly as the model wrote it
 armed; the verdict's reason goes into the ``replay.pin_declined`` log line.
 
 - ``Bash`` / ``PowerShell``: the same commands, chained the same way, each with the same head
-  (:mod:`bir.core.shell_shape`); a step with a command substitution pins only to an exact copy.
+  (:mod:`bir.core.shell_shape`), and nothing the step writes or executes beyond them (a redirection,
+  ``curl -o``, ``find -exec``: :mod:`bir.core.shell_effects`) that the call does not do too, at the same
+  place; a step with a command substitution pins only to an exact copy.
 - Tools that write a file: the same file. Read-only file tools may be steered to the step's path.
 - MCP tools whose input is run: every statement the step runs supplied with the same verb, or no
   arguments at all; a call that runs something where the step runs nothing is not the step.
@@ -20,12 +22,14 @@ from __future__ import annotations
 import ntpath
 import posixpath
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
-from bir.core.shell_shape import Shape, ShellParseError, command_shape, has_substitution, render
+from bir.core.shell_effects import Effect
+from bir.core.shell_shape import Shape, ShellParseError, command_profile, has_substitution, render
 from bir.core.sql_verbs import statement_verbs
 from bir.core.tool_kinds import (
     SHELL_TOOLS,
@@ -105,7 +109,8 @@ def _shell_pin(model: Mapping[str, object], step: Mapping[str, object], *, power
 
 
 def compare_commands(model_command: str, step_command: str, *, powershell: bool = False) -> PinVerdict:
-    """Whether a command line is the step's: the same commands, chained the same way, same heads."""
+    """Whether a command line is the step's: the same commands, chained the same way, same heads, and the
+    step writing or executing nowhere the call does not (its effects are among the call's)."""
     if model_command.strip() == step_command.strip():
         return PinVerdict(True, "the same command as the step")
     if has_substitution(step_command):
@@ -113,18 +118,33 @@ def compare_commands(model_command: str, step_command: str, *, powershell: bool 
     if max(len(model_command), len(step_command)) > MAX_COMPARED_CHARS:
         return PinVerdict(False, "the command is too long to compare; only an exact copy pins")
     try:
-        step_shape = command_shape(step_command, powershell=powershell)
+        step_profile = command_profile(step_command, powershell=powershell)
     except ShellParseError as exc:
         return PinVerdict(False, f"the step's command cannot be read ({exc}); only an exact copy pins")
     try:
-        model_shape = command_shape(model_command, powershell=powershell)
+        model_profile = command_profile(model_command, powershell=powershell)
     except ShellParseError as exc:
         return PinVerdict(False, f"the command cannot be read ({exc})")
-    if not step_shape:
+    if not step_profile.shape:
         return PinVerdict(False, "the step's command runs nothing; only an exact copy pins")
-    if model_shape == step_shape:
-        return PinVerdict(True, "the same commands as the step, chained the same way")
-    return PinVerdict(False, _shape_difference(model_shape, step_shape))
+    if model_profile.shape != step_profile.shape:
+        return PinVerdict(False, _shape_difference(model_profile.shape, step_profile.shape))
+    extra = extra_effects(step_profile.effects, model_profile.effects)
+    if extra:
+        return PinVerdict(False, f"the step's command does `{_shown(extra[0].shown())}`, the call does not")
+    return PinVerdict(True, "the same commands as the step, chained the same way")
+
+
+def extra_effects(effects: tuple[Effect, ...], allowed: tuple[Effect, ...]) -> list[Effect]:
+    """The effects of ``effects`` that ``allowed`` does not have (counted: two writes need two)."""
+    left = Counter(allowed)
+    extra: list[Effect] = []
+    for effect in effects:
+        if left[effect] > 0:
+            left[effect] -= 1
+        else:
+            extra.append(effect)
+    return extra
 
 
 def _shape_difference(model: Shape, step: Shape) -> str:
@@ -249,7 +269,7 @@ def _general_pin(model: Mapping[str, object], step: Mapping[str, object]) -> Pin
 # --- tools that run their input -------------------------------------------------------------------
 
 
-def _statements(value: object) -> list[str]:
+def statements(value: object) -> list[str]:
     """The non-empty statements an argument holds (a text, or a list of texts)."""
     if isinstance(value, str):
         return [value] if value.strip() else []
@@ -258,7 +278,7 @@ def _statements(value: object) -> list[str]:
     return []
 
 
-def _statement_keys(args: Mapping[str, object]) -> set[str]:
+def statement_keys(args: Mapping[str, object]) -> set[str]:
     return {key for key in args if any(word in _STATEMENT_WORDS for word in name_words(str(key)))}
 
 
@@ -268,20 +288,20 @@ def _run_pin(tool_name: str, model: Mapping[str, object], step: Mapping[str, obj
     conflict = _location_conflict(model, step)
     if conflict is not None:
         return PinVerdict(False, conflict)
-    keys = _statement_keys(step) | _statement_keys(model)
+    keys = statement_keys(step) | statement_keys(model)
     if not keys:
         # No argument is named for what runs: every text argument of either side may be it.
         keys = {
             key
             for args in (step, model)
             for key, value in args.items()
-            if not _is_location_key(str(key)) and _statements(value)
+            if not _is_location_key(str(key)) and statements(value)
         }
     shell_tool = runs_shell(tool_name)
     query_tool = names_query_language(tool_name)
     for key in sorted(keys, key=str):
-        step_runs = _statements(step.get(key))
-        model_runs = _statements(model.get(key))
+        step_runs = statements(step.get(key))
+        model_runs = statements(model.get(key))
         if not step_runs:
             if model_runs:
                 return PinVerdict(False, f"the call runs something in `{_shown(key)}`, where the step runs nothing")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import inspect
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -52,8 +53,9 @@ from bir.core.logic import (
 )
 from bir.core.outcome import ExecutionStage, StepLedger, StepStatus, StepVerdict
 from bir.core.redact import redact_text
-from bir.core.safety import check_derived_values
+from bir.core.safety import SafetyVerdict, check_derived_values, check_output_values
 from bir.core.source_run import RecordedOutputs, SourceRun
+from bir.core.step_guard import check_recorded_shape, command_keys
 from bir.core.step_result import (
     MAX_TOOL_ERROR_CHARS,
     ExecuteStep,
@@ -90,8 +92,10 @@ __all__ = [
 # A verdict's error is rendered on the service's web page: the message only, bounded and redacted.
 MAX_VERDICT_ERROR_CHARS: Final = 1_000
 
-# ``PlanError.reason`` when the injection guard refused a derived value.
+# ``PlanError.reason`` when the injection guard refused a derived value, or a step's input.
 UNSAFE_VALUE: Final = "unsafe_value"
+# A body that reads parameters or earlier outputs: its input may differ from the recorded one.
+_READS_VALUES: Final = re.compile(r"\b(?:params|respParams|arguments)\b")
 
 RecordedSource = RecordedOutputs | SourceRun
 
@@ -241,6 +245,8 @@ class ScenarioReplayPlan:
         self._ran_above = 0
         self._ran_below = 0
         self._inputs: dict[int, dict[str, Any]] = {}
+        self._guarded: set[int] = set()
+        self._sample_params: asyncio.Future[dict[str, Any] | None] | None = None
         self._started: dict[int, float] = {}
         self._drawn: dict[str, int] = {}
         self._entries: list[BundleEntry] = []
@@ -340,9 +346,13 @@ class ScenarioReplayPlan:
             if position in self._inputs or reads_resp_params(step):
                 continue
             try:
-                self._inputs[position] = await eval_tool_input_logic(self._pool, step, self._ready_params(), {})
+                tool_input = await eval_tool_input_logic(self._pool, step, self._ready_params(), {})
             except LogicError:
                 continue
+            # An input the guard refuses is not shown; its pin meets the refusal and hands over.
+            if (await self._guard(position, tool_input)).ok:
+                self._inputs[position] = tool_input
+                self._guarded.add(position)
 
     def steering_directive(self) -> str:
         """The text that arms the plan: ``run_scenario`` once for a direct plan (§6.4), the ordered tool
@@ -704,18 +714,65 @@ class ScenarioReplayPlan:
             raise PlanStateError(f"the plan has stopped ({self._stop.kind}); its hand-over note is in plan.note")
 
     async def _input_at(self, position: int) -> dict[str, Any]:
-        cached = self._inputs.get(position)
+        """The step's input, computed once and guarded once before it is pinned or run.
+
+        Raises:
+            PlanError: stage ``input``: the input logic failed, or the guard refused the input
+                (``refused_as_unsafe``); the step is booked ``failed`` and the plan stopped.
+        """
         self._started.setdefault(position, time.monotonic())
-        if cached is not None:
-            return cached
-        try:
-            tool_input = await eval_tool_input_logic(self._pool, self.steps[position], self._ready_params(), self._resp)
-        except LogicError as exc:
-            verdict = self._verdict(position, "failed", "input", exc.message)
-            self._halt(Stop("input_failed", position, exc.message), verdict)
-            raise self._make_error("input", exc.message, position, exc.reason) from None
-        self._inputs[position] = tool_input
+        tool_input = self._inputs.get(position)
+        if tool_input is None:
+            try:
+                tool_input = await eval_tool_input_logic(
+                    self._pool, self.steps[position], self._ready_params(), self._resp
+                )
+            except LogicError as exc:
+                verdict = self._verdict(position, "failed", "input", exc.message)
+                self._halt(Stop("input_failed", position, exc.message), verdict)
+                raise self._make_error("input", exc.message, position, exc.reason) from None
+            self._inputs[position] = tool_input
+        if position not in self._guarded:
+            safety = await self._guard(position, tool_input)
+            if not safety.ok:
+                message = f"its input was refused as unsafe ({safety.reason})"
+                log_event("replay.input_refused", scenario_id=self.scenario_id, step=position, why=safety.reason)
+                self._halt(Stop("input_failed", position, message), self._verdict(position, "failed", "input", message))
+                raise self._make_error("input", message, position, UNSAFE_VALUE)
+            self._guarded.add(position)
         return tool_input
+
+    async def _guard(self, position: int, tool_input: Mapping[str, Any]) -> SafetyVerdict:
+        """The injection guard on the values the step read from earlier outputs, then its shell commands
+        against the recorded ones (issue 16: every value in an approved call is checked)."""
+        step = self.steps[position]
+        values = check_output_values(step, self._resp)
+        if not values.ok or not command_keys(step.tool_name, tool_input):
+            return values
+        recorded: Mapping[str, Any] | None = tool_input
+        if _READS_VALUES.search(step.tool_input_logic or ""):
+            recorded = await self._recorded_input(step)
+        return check_recorded_shape(step.tool_name, tool_input, recorded)
+
+    async def _recorded_input(self, step: ScenarioStep) -> dict[str, Any] | None:
+        """The step's input from the scenario's recorded sample values and no earlier outputs; None when
+        its logic cannot compute it so."""
+        if self._sample_params is None:
+            self._sample_params = asyncio.ensure_future(self._compute_sample_params())
+        sample = await asyncio.shield(self._sample_params)
+        if sample is None:
+            return None
+        try:
+            return await eval_tool_input_logic(self._pool, step, sample, {})
+        except LogicError:
+            return None
+
+    async def _compute_sample_params(self) -> dict[str, Any] | None:
+        samples = {name: spec.sample_value for name, spec in self.scenario.params_object.items()}
+        try:
+            return await eval_params_logic(self._pool, self.scenario, samples)
+        except LogicError:
+            return None
 
     async def _output_logic(self, position: int, output: str) -> dict[str, Any]:
         return await eval_tool_output_logic(self._pool, self.steps[position], output, self._ready_params(), self._resp)

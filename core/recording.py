@@ -67,16 +67,7 @@ def step_body(
 
 def usage_to_wire(usage: Sequence[ModelUsage]) -> list[dict[str, Any]]:
     """Per-model usage as the finish body's camelCase objects."""
-    return [
-        {
-            "model": u.model,
-            "inputTokens": u.input_tokens,
-            "outputTokens": u.output_tokens,
-            "cacheCreationInputTokens": u.cache_creation_input_tokens,
-            "cacheReadInputTokens": u.cache_read_input_tokens,
-        }
-        for u in usage
-    ]
+    return [u.to_wire() for u in usage]
 
 
 def finish_body(

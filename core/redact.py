@@ -8,6 +8,9 @@ headers, Anthropic/OpenAI/GitHub/Slack/AWS/Google keys, JWTs, PEM private keys, 
 Every pattern is linear: no nested quantifiers, bounded repetitions where a match could run long, and
 character classes that exclude the character ending the match, so a huge output costs one pass per
 pattern and never backtracks catastrophically.
+
+Patterns miss a secret of no known form, so the secrets bir knows are replaced by value first
+(``bir.core.secret_values``: ``BIR_TOKEN``, ``BIR_DERIVE_API_KEY``, ``ANTHROPIC_API_KEY``, the stored token).
 """
 
 from __future__ import annotations
@@ -16,9 +19,29 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from bir.core.secret_values import (
+    HOST_SECRETS,
+    MIN_SECRET_CHARS,
+    known_secrets,
+    redact_values,
+    redact_values_deep,
+    remember_secret,
+)
+
 REDACTED: Final = "[REDACTED]"
 _MAX_DEPTH: Final = 200
-
+__all__ = [
+    "HOST_SECRETS",
+    "MIN_SECRET_CHARS",
+    "REDACTED",
+    "is_secret_key",
+    "known_secrets",
+    "redact",
+    "redact_text",
+    "redact_values",
+    "redact_values_deep",
+    "remember_secret",
+]
 # Keys (lower-cased, separators removed) whose value is a secret whatever it looks like.
 _SECRET_KEYS: Final = frozenset(
     {
@@ -136,8 +159,9 @@ _SUBSTITUTIONS: Final[tuple[_Sub, ...]] = (
 )
 
 
-def redact_text(text: str) -> str:
-    """``text`` with every recognisable credential replaced by ``[REDACTED]``."""
+def redact_text(text: str, secrets: tuple[str, ...] | None = None) -> str:
+    """``text`` with every known secret value and every recognisable credential replaced by ``[REDACTED]``."""
+    text = redact_values(text, secrets)
     for pattern, replacement in _SUBSTITUTIONS:
         text = pattern.sub(replacement, text)
     return text
@@ -150,25 +174,26 @@ def redact(value: object) -> object:
     other string goes through :func:`redact_text`. Tuples become lists; a value JSON cannot hold
     becomes its redacted ``str``.
     """
-    return _redact(value, 0)
+    return _redact(value, 0, known_secrets())
 
 
-def _redact(value: object, depth: int) -> object:
+def _redact(value: object, depth: int, secrets: tuple[str, ...]) -> object:
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):
-        return redact_text(value)
+        return redact_text(value, secrets)
     if depth >= _MAX_DEPTH:
-        return redact_text(str(value)[:10_000])
+        return redact_text(str(value)[:10_000], secrets)
     if isinstance(value, Mapping):
         out: dict[object, object] = {}
         for key, item in value.items():
             empty = item is None or item == "" or isinstance(item, bool)
+            shown = redact_values(key, secrets) if isinstance(key, str) else key
             if isinstance(key, str) and is_secret_key(key) and not empty:
-                out[key] = REDACTED
+                out[shown] = REDACTED
             else:
-                out[key] = _redact(item, depth + 1)
+                out[shown] = _redact(item, depth + 1, secrets)
         return out
     if isinstance(value, list | tuple):
-        return [_redact(item, depth + 1) for item in value]
-    return redact_text(str(value))
+        return [_redact(item, depth + 1, secrets) for item in value]
+    return redact_text(str(value), secrets)

@@ -1,8 +1,10 @@
 """The execution report: the body of ``POST /scenarios/:id/executions`` (spec §11.2, §11.2a).
 
-One report per armed match redeems its ticket. The money fields book the run; the last five say what
-each step did, for the service's recording page. The headline (``error*``) is lifted from the first
-failed step, never assembled on its own, so the page's card cannot contradict the step list under it.
+One report per armed match redeems its ticket. The money fields book the run, and ``usage`` (the turn's
+tokens per model, as a recording's finish carries them: a service that does not read it ignores it)
+says what it spent; the last five say what each step did, for the service's recording page. The
+headline (``error*``) is lifted from the first failed step, never assembled on its own, so the page's
+card cannot contradict the step list under it.
 Every optional field is left out rather than sent as null: an older service ignores what it does not
 know, and an absent value is what "none" means on this wire.
 """
@@ -10,11 +12,12 @@ know, and an absent value is what "none" means on this wire.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from bir.core.outcome import OUTCOME_RANK, Outcome, StepLedger, StepVerdict, blame_step
 from bir.core.pricing import PRICING_VERSION
+from bir.core.transcript import ModelUsage
 from bir.core.truncate import cut
 
 # An error is rendered in a web page; the prompt is a sample of what the user asked.
@@ -23,6 +26,8 @@ MAX_PROMPT_CHARS: Final = 4_000
 MAX_TOOL_NAME_CHARS: Final = 200
 # A scenario has a handful of steps; this bounds the body even for a malformed plan.
 MAX_STEPS: Final = 200
+# A turn spends on one model, two with a subagent's; this bounds the body whatever the transcript held.
+MAX_USAGE_MODELS: Final = 20
 
 # Outcomes the service books as baseline samples: a run of these with no cost and no error is nothing.
 _DECLINES: Final = frozenset({"not_steered", "failed"})
@@ -74,13 +79,15 @@ def build_report(
     fallback_cost_usd: float = 0.0,
     pricing_version: str = PRICING_VERSION,
     redact: Callable[[str], str] = _identity,
+    usage: Sequence[ModelUsage] = (),
 ) -> dict[str, Any] | None:
     """The report body for one sealed run, or None when it is not worth sending.
 
     Not worth sending: a decline (``not_steered`` or ``failed``, the baseline outcomes) that cost
     nothing and where no step failed; the service would answer ``202 {recorded: false}``. A decline
     with a failed step is sent, because the error is the news. ``prompt`` is redacted with ``redact``
-    and bounded; error messages are bounded to ``MAX_ERROR_CHARS``.
+    and bounded; error messages are bounded to ``MAX_ERROR_CHARS``; ``usage`` (the turn's, per model)
+    is sent when there is some, its first ``MAX_USAGE_MODELS`` models.
 
     Raises:
         ValueError: ``outcome`` is not one of the ladder's outcomes.
@@ -107,6 +114,8 @@ def build_report(
             "pricingVersion": pricing_version,
         }
     )
+    if usage:
+        body["usage"] = [u.to_wire() for u in usage[:MAX_USAGE_MODELS]]
     if prompt is not None:
         body["prompt"] = cut(redact(prompt), MAX_PROMPT_CHARS)
     body["steps"] = [step_to_wire(v) for v in ledger.verdicts()[:MAX_STEPS]]

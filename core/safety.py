@@ -9,17 +9,24 @@ starts with ``-``, and no whitespace, glob, brace or parenthesis appears that th
 have. A plan whose only such steps write files rejects only line breaks and NUL; any other plan
 accepts everything. A value equal to its sample always passes; lists and objects are checked leaf by
 leaf (keys included).
+
+Values read from earlier tool outputs (``respParams``) are checked too, step by step
+(``check_output_values``): a step whose tool runs its input or writes a file may read only values that
+pass the same rules, with no sample to widen them (a plain word, a number, a path). Whoever can write
+what a scenario reads (a file, an issue, a web page, an MCP server's answer) must not be able to write
+the command a step then runs without a prompt (issue 16).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from bir.core.tool_kinds import input_is_run, writes_file
 from bir.core.truncate import cut
-from bir.core.types import Scenario
+from bir.core.types import Scenario, ScenarioStep
 
 Strictness = Literal["run", "write", "none"]
 
@@ -62,6 +69,15 @@ class _Refused(Exception):
         super().__init__(why)
         self.path = path
         self.why = why
+
+
+# `respParams.name`, `respParams?.name`, `respParams["name"]`, `respParams?.['name']`.
+_RESP_NAME = re.compile(r"""\brespParams\b""")
+_RESP_KEY = re.compile(
+    r"""\s*(?:\?\.\s*|\.\s*)(?P<name>[A-Za-z_$][\w$]*)|\s*(?:\?\.)?\s*\[\s*(?P<q>["'])(?P<key>[^"'\\]{0,200})(?P=q)\s*\]"""
+)
+# A body naming these can reach its arguments without naming respParams.
+_ARGUMENTS = re.compile(r"""\barguments\b""")
 
 
 def plan_runs_input(scenario: Scenario) -> bool:
@@ -185,3 +201,55 @@ def check_derived_values(scenario: Scenario, params: Mapping[str, object]) -> Sa
     if mode == "run":
         return SafetyVerdict(True, None, "every changed value is a plain word of its sample's shape")
     return SafetyVerdict(True, None, "no changed value breaks a line")
+
+
+def step_strictness(tool_name: str) -> Strictness:
+    """How strictly the values a step's input reads from earlier outputs are checked: ``run`` for a tool that
+    runs its input, ``write`` for one that writes a file, ``none`` for anything else."""
+    if input_is_run(tool_name):
+        return "run"
+    if writes_file(tool_name):
+        return "write"
+    return "none"
+
+
+def resp_params_read(body: str | None) -> frozenset[str] | None:
+    """The ``respParams`` keys a ``toolInputLogic`` body names, or None when it may read any of them
+    (``respParams`` passed whole, indexed by a variable, destructured, or ``arguments`` used)."""
+    text = body or ""
+    if _ARGUMENTS.search(text):
+        return None
+    names: set[str] = set()
+    for found in _RESP_NAME.finditer(text):
+        key = _RESP_KEY.match(text, found.end())
+        if key is None:
+            return None
+        names.add(key.group("name") or key.group("key") or "")
+    return frozenset(names)
+
+
+def check_output_values(step: ScenarioStep, resp_params: Mapping[str, object]) -> SafetyVerdict:
+    """Check the values a step's input reads from earlier tool outputs before the step runs or is pinned.
+
+    For a step whose tool runs its input (shell, run tools) every value of each ``respParams`` key its
+    ``toolInputLogic`` names (all of them when it reads ``respParams`` in another way) must be a plain word
+    of no shell or SQL meaning: no metacharacter, whitespace, glob, brace, parenthesis, tilde or line break,
+    nothing starting with ``-``. For a step that writes a file, no line break or NUL. Other steps read
+    anything. Pure and bounded, like ``check_derived_values``; the local service's threading bodies rely
+    on it.
+    """
+    mode = step_strictness(step.tool_name)
+    if mode == "none":
+        return SafetyVerdict(True, None, "the step neither runs its input nor writes a file")
+    names = resp_params_read(step.tool_input_logic)
+    keys = list(resp_params) if names is None else [name for name in resp_params if name in names]
+    checker = _Checker(mode)
+    for key in keys:
+        shown = cut(str(key), _NAME_CHARS)
+        try:
+            checker.value(resp_params[key], None, f"respParams.{shown}", 0)
+        except _Refused as refused:
+            return SafetyVerdict(False, shown, f"{cut(refused.path, _NAME_CHARS)}: {refused.why}")
+    if mode == "run":
+        return SafetyVerdict(True, None, "every value read from an earlier output is a plain word")
+    return SafetyVerdict(True, None, "no value read from an earlier output breaks a line")

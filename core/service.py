@@ -20,6 +20,7 @@ import httpx
 
 from bir.core import config, credentials
 from bir.core.log import log_event
+from bir.core.secret_values import redact_values_deep
 from bir.core.truncate import one_line
 from bir.core.types import (
     MatchAnswer,
@@ -30,6 +31,7 @@ from bir.core.types import (
     parse_recorded_steps,
     parse_scenario,
 )
+from bir.core.urls import hide_userinfo, insecure_reason
 
 FRAMEWORK = "claude-code"
 # A matched answer carries a whole scenario and a source run carries every tool output of a turn;
@@ -38,14 +40,14 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024
 MAX_ERROR_CHARS = 300
 _SNIPPET_CHARS = 120
 
-ErrorKind = Literal["not_configured", "timeout", "unreachable", "status", "bad_answer", "too_large"]
+ErrorKind = Literal["not_configured", "insecure", "timeout", "unreachable", "status", "bad_answer", "too_large"]
 ReportStatus = Literal["booked", "duplicate", "not_recorded", "ticket_unknown"]
 StepStatus = Literal["recorded", "unknown_run"]
 FinishStatus = Literal["finished", "duplicate", "unknown_run"]
 
 
 def _bounded(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    return one_line(text, limit)
+    return one_line(hide_userinfo(text), limit)
 
 
 class ServiceError(Exception):
@@ -176,7 +178,9 @@ class ServiceClient:
     """The BaseIn service over HTTP. Use as ``async with ServiceClient() as service: ...``.
 
     ``base_url``, ``token`` and ``timeout_s`` default to ``BIR_AUTH_URL``, ``BIR_TOKEN`` (else the
-    sign-in ``bir login`` stored, ``bir.core.credentials``) and ``BIR_SERVICE_TIMEOUT_MS``. Without a
+    sign-in ``bir login`` stored, ``bir.core.credentials``) and ``BIR_SERVICE_TIMEOUT_MS``. What is not
+    given here is read again at each request (the stored file only when it changed), so a long-lived
+    client (a control server's) follows ``bir login`` and ``bir logout`` without a restart. Without a
     base URL the client is not ``configured``: ``match`` and ``derive`` answer ``None`` and the other
     methods raise ``ServiceError("not_configured")``. An injected ``client`` is used as is and left
     open; otherwise one is built (over ``transport`` when given) and closed with this object.
@@ -194,17 +198,52 @@ class ServiceClient:
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        # BIR_AUTH_URL / BIR_TOKEN, else what `bir login` stored (its token only ever goes to its URL).
-        signed_in = credentials.effective() if base_url is None or token is None else None
-        url = base_url if base_url is not None else signed_in.url if signed_in is not None else None
-        self.base_url: str | None = url.rstrip("/") if url else None
-        if token is None and signed_in is not None:
-            same_url = signed_in.url is not None and signed_in.url.rstrip("/") == self.base_url
-            token = signed_in.token if signed_in.token_from == "environment" or same_url else None
-        self._token = token
+        self._given_url = base_url
+        self._given_token = token
+        self._seen: tuple[object, ...] | None = None
+        self._signed_in: credentials.Effective | None = None
+        self._shown: tuple[str | None, bool] | None = None
+        self._sign_in()  # a bad BIR_* value is refused here, not at the first request
         self.timeout_s = timeout_s if timeout_s is not None else config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000
         self._owns_client = client is None
         self._client = client if client is not None else httpx.AsyncClient(transport=transport)
+        # An app served in this process (the local service) is reached without crossing any network.
+        self._in_process = isinstance(transport, httpx.ASGITransport)
+
+    def _effective(self) -> credentials.Effective:
+        """The sign-in in effect, read again only when the environment or the stored file changed."""
+        path = credentials.credentials_path()
+        try:
+            st = path.stat()
+            stamp: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = None
+        seen = (str(path), stamp, config.get_str("BIR_AUTH_URL"), config.get_str("BIR_TOKEN"))
+        if self._signed_in is None or seen != self._seen:
+            self._signed_in, self._seen = credentials.effective(), seen
+        return self._signed_in
+
+    def _sign_in(self) -> tuple[str | None, str | None]:
+        """The base URL and the token for the next request: what was given, else what is in effect now
+        (the stored token only ever goes to the stored URL)."""
+        url, token = self._given_url, self._given_token
+        signed_in = self._effective() if url is None or token is None else None
+        if url is None and signed_in is not None:
+            url = signed_in.url
+        base = url.rstrip("/") if url else None
+        if token is None and signed_in is not None:
+            same_url = signed_in.url is not None and signed_in.url.rstrip("/") == base
+            token = signed_in.token if signed_in.token_from == "environment" or same_url else None
+        shown = (base, bool(token))
+        if self._shown is not None and shown != self._shown:
+            log_event("service.sign_in_changed", url=base, token=bool(token))
+        self._shown = shown
+        return base, token
+
+    @property
+    def base_url(self) -> str | None:
+        """The service's base URL in effect now (None: not configured)."""
+        return self._sign_in()[0]
 
     @property
     def configured(self) -> bool:
@@ -226,16 +265,23 @@ class ServiceClient:
     async def _call(
         self, method: str, path: str, *, route: str, json_body: object = None, timeout_s: float | None = None
     ) -> tuple[int, bytes]:
-        if self.base_url is None:
-            raise ServiceError("not_configured", f"{route}: no service URL (BIR_AUTH_URL)", route=route)
+        base_url, token = self._sign_in()
+        if base_url is None:
+            raise ServiceError("not_configured", f"{route}: no service URL (bir login, or BIR_AUTH_URL)", route=route)
+        insecure = None if self._in_process else insecure_reason(base_url)
+        if insecure is not None:
+            # Refused before anything is sent: the token would cross the network in clear.
+            raise ServiceError("insecure", f"{route}: {insecure}", route=route)
+        # The secrets bir knows never leave in a body, whatever put them there (a prompt, an output).
+        json_body = redact_values_deep(json_body)
         headers = {"accept": "application/json"}
-        if self._token:
-            headers["authorization"] = f"Bearer {self._token}"
+        if token:
+            headers["authorization"] = f"Bearer {token}"
         try:
             return await send_bounded(
                 self._client,
                 method,
-                self.base_url + path,
+                base_url + path,
                 route=route,
                 timeout_s=self.timeout_s if timeout_s is None else timeout_s,
                 headers=headers,

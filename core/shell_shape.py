@@ -35,6 +35,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Final
 
+from bir.core.shell_effects import Effect, option_effects, redirect_effect
+
 Head = tuple[str, ...]
 # A shape alternates heads and operators, e.g. (("git", "add"), "&&", ("git", "commit")).
 ShapeItem = Head | str
@@ -128,7 +130,7 @@ _VALUE_OPTIONS: Final = {
     "conda": frozenset({"-n", "--name", "-p", "--prefix"}),
     "mamba": frozenset({"-n", "--name", "-p", "--prefix"}),
     "pixi": frozenset({"-e", "--environment", "--manifest-path"}),
-    "npx": frozenset({"-p", "--package"}),
+    "npx": frozenset({"-p", "--package", "-c", "--call"}),
     "pnpx": frozenset({"-p", "--package"}),
     "xargs": frozenset({"-I", "-n", "-P", "-L", "-d", "-E", "-s", "-a"}),
     "python": frozenset({"-W", "-X"}),
@@ -137,7 +139,7 @@ _VALUE_OPTIONS: Final = {
     "perl": frozenset({"-I", "-M"}),
     "sudo": frozenset({"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T"}),
     "doas": frozenset({"-u", "-C"}),
-    "env": frozenset({"-u", "--unset", "-C", "--chdir"}),
+    "env": frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}),
     "nice": frozenset({"-n", "--adjustment"}),
     "timeout": frozenset({"-s", "--signal", "-k", "--kill-after"}),
     "stdbuf": frozenset({"-i", "-o", "-e"}),
@@ -257,7 +259,11 @@ def _shell_code(words: list[_Token], i: int, powershell_host: bool) -> tuple[int
     return None
 
 
-def _head(words: list[_Token], powershell: bool, depth: int) -> Shape:
+def _pairs(words: list[_Token], start: int, end: int | None = None) -> list[tuple[str, bool]]:
+    return [(w.text, w.quoted) for w in words[start:end]]
+
+
+def _head(words: list[_Token], powershell: bool, depth: int, effects: list[Effect]) -> Shape:
     """The shape of one simple command: usually one head, or the chain a ``bash -c`` runs."""
     prefix: list[str] = []
     wrapper = ""
@@ -273,7 +279,10 @@ def _head(words: list[_Token], powershell: bool, depth: int) -> Shape:
         program = _program(words[i].text, powershell)
         if program in _TRANSPARENT:
             wrapper = program
-            i = _skip_options(words, i + 1, program)
+            start = i + 1
+            i = _skip_options(words, start, program)
+            if not powershell:
+                effects.extend(option_effects(program, _pairs(words, start, i)))
             if program == "timeout" and i < len(words):
                 i += 1  # the duration
             continue
@@ -284,22 +293,26 @@ def _head(words: list[_Token], powershell: bool, depth: int) -> Shape:
         if program in _SHELLS or program in _POWERSHELLS:
             code = _shell_code(words, i + 1, program in _POWERSHELLS)
             if code is not None:
-                inner = _shape(code[1], powershell or program in _POWERSHELLS, depth + 1)
+                inner = _shape(code[1], powershell or program in _POWERSHELLS, depth + 1, effects)
                 return tuple(item if isinstance(item, str) else (*prefix, *item) for item in inner)
         break
-    return ((*prefix, *_program_head(words, i, powershell, depth)),)
+    return ((*prefix, *_program_head(words, i, powershell, depth, effects)),)
 
 
-def _program_head(words: list[_Token], i: int, powershell: bool, depth: int) -> Head:
+def _program_head(words: list[_Token], i: int, powershell: bool, depth: int, effects: list[Effect]) -> Head:
     shown = _program(words[i].text, powershell)
     # `/usr/bin/python3` is looked up as `python` but shown (and compared) with its path.
     program = _program(posixpath.basename(shown), powershell) if "/" in shown else shown
     rest = i + 1
-    if program in _INTERPRETERS or program in _SHELLS or program in _POWERSHELLS:
-        return (shown, *_interpreter_head(program, words, rest, powershell, depth)[1:])
     if program in _RUNNERS:
         j = _skip_options(words, rest, program)
-        return (shown, *_program_head(words, j, powershell, depth)) if j < len(words) else (shown,)
+        if not powershell:
+            effects.extend(option_effects(program, _pairs(words, rest, j)))
+        return (shown, *_program_head(words, j, powershell, depth, effects)) if j < len(words) else (shown,)
+    if not powershell:
+        effects.extend(option_effects(program, _pairs(words, rest)))
+    if program in _INTERPRETERS or program in _SHELLS or program in _POWERSHELLS:
+        return (shown, *_interpreter_head(program, words, rest, powershell, depth, effects=effects)[1:])
     if program in _PLAIN:
         return (shown,)
     j = _skip_options(words, rest, program)
@@ -308,7 +321,7 @@ def _program_head(words: list[_Token], i: int, powershell: bool, depth: int) -> 
     sub = _word(words[j], powershell)
     if (program, sub) in _RUN_SUBCOMMANDS:
         k = _skip_options(words, j + 1, program)
-        return (shown, sub, *_program_head(words, k, powershell, depth)) if k < len(words) else (shown, sub)
+        return (shown, sub, *_program_head(words, k, powershell, depth, effects)) if k < len(words) else (shown, sub)
     if program in _SCRIPT_RUNNERS and sub in ("run", "run-script"):
         k = _skip_options(words, j + 1, program)
         return (shown, "run", words[k].text) if k < len(words) else (shown, "run")
@@ -320,7 +333,9 @@ def _program_head(words: list[_Token], i: int, powershell: bool, depth: int) -> 
     return (shown, sub)
 
 
-def _interpreter_head(program: str, words: list[_Token], i: int, powershell: bool, depth: int) -> Head:
+def _interpreter_head(
+    program: str, words: list[_Token], i: int, powershell: bool, depth: int, *, effects: list[Effect]
+) -> Head:
     code_flags = _CODE_FLAGS.get(program, frozenset())
     takes_value = _VALUE_OPTIONS.get(program, frozenset())
     while i < len(words):
@@ -330,7 +345,7 @@ def _interpreter_head(program: str, words: list[_Token], i: int, powershell: boo
         if program == "python" and text == "-m":
             if i + 1 >= len(words):
                 return (program, "-m")
-            return (program, "-m", *_program_head(words, i + 1, powershell, depth))
+            return (program, "-m", *_program_head(words, i + 1, powershell, depth, effects))
         if text == "--" or not text.startswith("-") or words[i].quoted:
             break
         i += 2 if text in takes_value else 1
@@ -365,13 +380,13 @@ def _word(word: _Token, powershell: bool) -> str:
     return word.text.lower() if powershell else word.text
 
 
-def _shape(command: str, powershell: bool, depth: int) -> Shape:
+def _shape(command: str, powershell: bool, depth: int, effects: list[Effect]) -> Shape:
     if depth > _MAX_DEPTH:
         raise ShellParseError("commands nested too deeply")
     items: list[ShapeItem] = []
     words: list[_Token] = []
     tokens = _tokens(command, powershell)
-    skip_target = False
+    redirect: str | None = None
 
     def flush() -> None:
         # An unquoted word starting with '#' opens a comment that runs to the end of the command.
@@ -379,19 +394,22 @@ def _shape(command: str, powershell: bool, depth: int) -> Shape:
             if word.text.startswith("#") and not word.quoted:
                 del words[n:]
                 break
-        items.extend(_head(words, powershell, depth))
+        items.extend(_head(words, powershell, depth, effects))
         words.clear()
 
     for token in tokens:
-        if skip_target:
-            skip_target = False
+        if redirect is not None:
+            operator, redirect = redirect, None
             if not token.operator:
+                effect = redirect_effect(operator, token.text)
+                if effect is not None:
+                    effects.append(effect)
                 continue
         if not token.operator:
             words.append(token)
             continue
         if token.text in _REDIRECTS:
-            skip_target = True
+            redirect = token.text
             # `2>&1`: the descriptor number belongs to the redirection, not to the command.
             if words and words[-1].text.isdigit() and not words[-1].quoted:
                 words.pop()
@@ -415,7 +433,29 @@ def command_shape(command: str, *, powershell: bool = False) -> Shape:
     Raises:
         ShellParseError: the command cannot be read (an unclosed quote, ``bash -c`` nested too deeply).
     """
-    return _shape(command, powershell, 0)
+    return _shape(command, powershell, 0, [])
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A command line's shape and what it writes or executes beyond its heads (its effects, sorted)."""
+
+    shape: Shape
+    effects: tuple[Effect, ...]
+
+
+def command_profile(command: str, *, powershell: bool = False) -> Profile:
+    """The shape of a command line (``command_shape``) and its effects (``bir.core.shell_effects``).
+
+    ``git log > out.txt && curl -o x.json URL`` → shape ``(("git", "log"), "&&", ("curl",))``, effects
+    ``(Effect(">", "out.txt"), Effect("curl -o", "x.json"))``.
+
+    Raises:
+        ShellParseError: the command cannot be read.
+    """
+    effects: list[Effect] = []
+    shape = _shape(command, powershell, 0, effects)
+    return Profile(shape, tuple(sorted(effects)))
 
 
 def render(shape: Shape) -> str:

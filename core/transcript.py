@@ -1,4 +1,4 @@
-"""The per-run usage watermark over a Claude Code transcript (spec §11.4).
+"""The per-run usage watermark over a Claude Code transcript (spec §11.4), and the run's tool calls.
 
 Claude Code writes one transcript per *session* and a run is one prompt, so summing the whole file
 would give run 3 the cost of runs 1+2+3. A run takes a mark when it starts and, when it is sealed,
@@ -13,6 +13,11 @@ was rotated or compacted (another file, or a shorter one) degrades to no usage, 
 Each assistant message is counted once. Claude Code writes one line per content block, and every one
 of them repeats the message's usage, so lines are folded by ``message.id`` (the largest value of each
 field wins, which is the message's final usage); a line without an id counts once on its own.
+
+The same window gives the run's tool calls (``tool_calls_since``), for the ones no hook saw (a call made
+before the ``bir`` MCP server that carries the tool events' hooks was connected): each assistant line's
+``tool_use`` block, and the ``tool_result`` of the user line that answers it, whose ``toolUseResult`` is
+what the hook's ``tool_response`` would have been (FACTS.md §5; ``samples/transcript-*.jsonl``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from bir.core.pricing import USAGE_FIELDS, token_count, total_cost_usd
 
@@ -50,6 +55,16 @@ class ModelUsage:
     @property
     def total_tokens(self) -> int:
         return sum(self.as_usage().values())
+
+    def to_wire(self) -> dict[str, str | int]:
+        """The service's camelCase usage object (a finish's and an execution report's ``usage`` items)."""
+        return {
+            "model": self.model,
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "cacheCreationInputTokens": self.cache_creation_input_tokens,
+            "cacheReadInputTokens": self.cache_read_input_tokens,
+        }
 
 
 @dataclass(frozen=True)
@@ -153,30 +168,107 @@ def mark_transcript_usage(path: str | Path | None) -> UsageMark:
     return UsageMark(path=spath, offset=offset, file_id=(st.st_dev, st.st_ino), seen_ids=seen)
 
 
+def _window(path: str | Path | None, mark: UsageMark) -> bytes | None:
+    """The complete lines written to the transcript since ``mark`` (at most ``MAX_READ_BYTES``); None when
+    there is no such window (no file, an unmeasurable mark, a transcript replaced or shortened since)."""
+    if path is None or not mark.measurable:
+        return None
+    spath = os.fspath(path)
+    st = _stat(spath)
+    if st is None:
+        return None
+    if mark.file_id is not None and (st.st_dev, st.st_ino) != mark.file_id:
+        return None
+    if st.st_size < mark.offset:
+        return None
+    try:
+        data = _read(spath, max(0, mark.offset - 1), min(st.st_size - mark.offset + 1, MAX_READ_BYTES))
+    except OSError:
+        return None
+    if mark.offset > 0:
+        # One byte before the mark says whether the window starts on a line boundary.
+        data = _complete_lines(data[1:], starts_mid_line=data[:1] not in (b"\n", b""))
+    return data
+
+
 def usage_since(path: str | Path | None, mark: UsageMark) -> list[ModelUsage]:
     """Per-model usage written to the transcript since ``mark``, each field at least 0, sorted by model.
 
     Malformed lines are skipped; a missing file, an unmeasurable mark, or a transcript that was
     replaced or shortened since the mark give ``[]``. Reads at most ``MAX_READ_BYTES``. Never raises.
     """
-    if path is None or not mark.measurable:
+    data = _window(path, mark)
+    return [] if data is None else _fold(data, mark.seen_ids)
+
+
+@dataclass(frozen=True)
+class TranscriptCall:
+    """One tool call of the transcript: the model's ``tool_use`` and, once written, its ``tool_result``.
+
+    ``output`` is the line's ``toolUseResult`` (the hook's ``tool_response`` shape: Bash's
+    ``{stdout, stderr, …}``, an MCP tool's content array), else the result's content; ``error`` the
+    result's text when ``is_error``. ``answered`` is False while no result line is written yet.
+    """
+
+    tool_use_id: str
+    name: str
+    input: Any
+    output: Any = None
+    error: str | None = None
+    answered: bool = False
+
+
+def _content_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def tool_calls_since(path: str | Path | None, mark: UsageMark) -> list[TranscriptCall]:
+    """The tool calls written to the transcript since ``mark``, in the order the model made them. Malformed
+    lines are skipped; no window (see ``usage_since``) gives ``[]``. Never raises."""
+    data = _window(path, mark)
+    if data is None:
         return []
-    spath = os.fspath(path)
-    st = _stat(spath)
-    if st is None:
-        return []
-    if mark.file_id is not None and (st.st_dev, st.st_ino) != mark.file_id:
-        return []
-    if st.st_size < mark.offset:
-        return []
-    try:
-        data = _read(spath, max(0, mark.offset - 1), min(st.st_size - mark.offset + 1, MAX_READ_BYTES))
-    except OSError:
-        return []
-    if mark.offset > 0:
-        # One byte before the mark says whether the window starts on a line boundary.
-        data = _complete_lines(data[1:], starts_mid_line=data[:1] not in (b"\n", b""))
-    return _fold(data, mark.seen_ids)
+    calls: dict[str, TranscriptCall] = {}
+    for line in data.split(b"\n"):
+        # Most lines hold neither; a substring test spares them the parse.
+        if b'"tool_use"' not in line and b'"tool_result"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        message = record.get("message") if isinstance(record, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if (
+                block.get("type") == "tool_use"
+                and isinstance(block.get("id"), str)
+                and isinstance(block.get("name"), str)
+            ):
+                calls.setdefault(block["id"], TranscriptCall(block["id"], block["name"], block.get("input")))
+            elif block.get("type") == "tool_result" and isinstance(block.get("tool_use_id"), str):
+                known = calls.get(block["tool_use_id"])
+                if known is None:
+                    continue
+                failed = block.get("is_error") is True
+                output = record.get("toolUseResult", block.get("content"))
+                calls[known.tool_use_id] = TranscriptCall(
+                    known.tool_use_id,
+                    known.name,
+                    known.input,
+                    output=None if failed else output,
+                    error=_content_text(block.get("content")) if failed else None,
+                    answered=True,
+                )
+    return list(calls.values())
 
 
 def _fold(data: bytes, seen_ids: frozenset[str]) -> list[ModelUsage]:

@@ -117,7 +117,25 @@ def _where(exc: msgspec.ValidationError, at: Path) -> str:
     if missing is not None:
         parts.append(missing["field"])
         what = "a required field is missing"
-    return one_line(f"{'.'.join(parts) or '(payload)'}: {what}", MAX_ERROR_CHARS)
+    else:
+        what = _plain(what)
+    return one_line(f"{'.'.join(parts)}: {what}" if parts else what, MAX_ERROR_CHARS)
+
+
+# msgspec's words for the shapes a payload most often gets wrong, in the operator's.
+_PLAIN: Final = (
+    ("Expected `object`", "expected a JSON object"),
+    ("Expected `array`", "expected a JSON list"),
+    ("Expected `str`", "expected text"),
+    ("Expected `int`", "expected a whole number"),
+)
+
+
+def _plain(message: str) -> str:
+    for prefix, plain in _PLAIN:
+        if message.startswith(prefix):
+            return plain
+    return message
 
 
 def _read(shape: type[_Shape], data: object, at: Path) -> _Shape:
@@ -183,7 +201,7 @@ def _load(data: object) -> object:
         try:
             return msgspec.json.decode(data)
         except msgspec.DecodeError as exc:
-            raise PayloadError(one_line(f"(payload): not JSON ({exc})", MAX_ERROR_CHARS)) from None
+            raise PayloadError(one_line(f"not JSON ({exc})", MAX_ERROR_CHARS)) from None
     return data
 
 

@@ -43,13 +43,16 @@ class _Body(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
 
 
 class RegisterRequest(_Body, frozen=True):
-    """``POST /proxy/register``: a ``bir-proxy`` announces the server it wraps."""
+    """``POST /proxy/register``: a ``bir-proxy`` announces the server it wraps. ``host_pid`` is the Claude
+    Code process that started it (``bir.core.host``): the hooks of the same session name the same one, so
+    the proxy is that session's from its first registration (absent from an older proxy)."""
 
     server_name: Name
     proxy_id: Name
     pid: NonNegInt | None = None
     session_id: OptName = None
     started_at: float | None = None
+    host_pid: NonNegInt | None = None
 
 
 class RegisterAnswer(msgspec.Struct, frozen=True, rename="camel"):
@@ -57,6 +60,14 @@ class RegisterAnswer(msgspec.Struct, frozen=True, rename="camel"):
 
     replay: bool = False
     poll_hold_ms: NonNegInt = POLL_HOLD_MS
+
+
+class UnregisterRequest(_Body, frozen=True):
+    """``POST /proxy/unregister``: a ``bir-proxy`` whose host closed the session is gone from now on (an
+    older control server answers 404, and the proxy reads as live until its polls stop counting)."""
+
+    server_name: Name
+    proxy_id: Name
 
 
 class PollRequest(_Body, frozen=True):
@@ -67,6 +78,7 @@ class PollRequest(_Body, frozen=True):
     started_at: float | None = None
     pid: NonNegInt | None = None
     hold_ms: NonNegInt | None = None
+    host_pid: NonNegInt | None = None
 
 
 class Work(_Body, frozen=True):
@@ -121,12 +133,14 @@ class Ok(_Body, frozen=True):
 
 
 class Hello(_Body, frozen=True):
-    """``POST /scenario/hello``: a live ``bir-scenario`` and how many tools it lists."""
+    """``POST /scenario/hello``: a live ``bir-scenario``, how many tools it lists, and its host (the Claude
+    Code process that started it, whose tool events its ``hook`` tool answers; absent from an older one)."""
 
     pid: NonNegInt
     version: Annotated[str, msgspec.Meta(max_length=MAX_NAME)]
     tools: NonNegInt
     off: bool
+    host_pid: NonNegInt | None = None
 
 
 class ScenarioRunRequest(_Body, frozen=True):
@@ -184,7 +198,8 @@ class LastHello(_Body, frozen=True):
 
 class Health(_Body, frozen=True):
     """``GET /health``. ``served``: servers with a proxy polling now; ``wrapped``: every server a proxy
-    registered for since the server started; ``service``: ``ok``, ``cooling`` (after a failure, for
+    registered for since the server started; ``left``: those whose last proxy unregistered (its session
+    closed) and none serves now; ``service``: ``ok``, ``cooling`` (after a failure, for
     ``service_cooling_ms`` more) or ``unconfigured``, absent while no controller is attached."""
 
     ok: bool
@@ -192,6 +207,7 @@ class Health(_Body, frozen=True):
     version: str
     uptime_ms: int
     served: list[str] = msgspec.field(default_factory=list)
+    left: list[str] = msgspec.field(default_factory=list)
     replay: bool = False
     wrapped: list[str] = msgspec.field(default_factory=list)
     last_hello: LastHello | None = None
@@ -219,6 +235,8 @@ RUN_SCENARIO_TOOL: Final = f"mcp__{BIR_SERVER}__{RUN_SCENARIO_NAME}"
 
 # The route of each hook event and its deadlines (one stdlib table, shared with ``bir-hook``).
 HOOK_ROUTES: Final = hook_routes.HOOK_ROUTES
+# The field of ``HookInput`` that bir adds (the session's host), by its wire name.
+HOOK_HOST_PID_FIELD: Final = hook_routes.HOST_PID_FIELD
 
 
 # ``bir install --mcp-hooks``: the tool events answered by an ``mcp_tool`` hook on the ``bir`` MCP server
@@ -270,6 +288,9 @@ class HookInput(msgspec.Struct, frozen=True, kw_only=True):
     last_assistant_message: str | None = None
     source: OptName = None
     reason: OptName = None
+    # Not Claude Code's: the host (``bir.core.host``) that ``bir-hook`` or the ``hook`` tool adds, which
+    # ties the session to the proxies its host started. Absent from an older bir.
+    bir_host_pid: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 class HookSpecificOutput(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
@@ -281,9 +302,11 @@ class HookSpecificOutput(msgspec.Struct, frozen=True, omit_defaults=True, rename
 
 
 class HookAnswer(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
-    """What a hook prints: ``{}`` when bir has nothing to say."""
+    """What a hook prints: ``{}`` when bir has nothing to say. ``system_message`` is shown to the user,
+    never to the model."""
 
     hook_specific_output: HookSpecificOutput | None = None
+    system_message: str | None = None
 
 
 EMPTY_HOOK_ANSWER: Final = HookAnswer()
@@ -313,6 +336,8 @@ def decode(kind: type[_T], raw: bytes) -> _T:
         return decoder.decode(raw)  # type: ignore[no-any-return]
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BodyError(str(exc)[:300]) from None
+    except RecursionError:
+        raise BodyError("the JSON is nested too deeply to read") from None
 
 
 def encode(value: object) -> bytes:
@@ -358,6 +383,8 @@ PROXY_REGISTER: Final = Route("POST", "/proxy/register", RegisterRequest, Regist
 # Held by the server up to the request's hold; the client adds it.
 PROXY_POLL: Final = Route("POST", "/proxy/poll", PollRequest, PollAnswer, 5.0)
 PROXY_RESULT: Final = Route("POST", "/proxy/result", ResultRequest, Ok, 5.0)
+# A proxy's goodbye: worth a moment, never a wait (a server that does not answer learns it from the silence).
+PROXY_UNREGISTER: Final = Route("POST", "/proxy/unregister", UnregisterRequest, Ok, 1.0)
 PROXY_STEP: Final = Route("POST", "/proxy/step", StepReport, Ok, 5.0)
 SCENARIO_HELLO: Final = Route("POST", "/scenario/hello", Hello, Ok, 1.0)
 # A direct run: bounded by ``BIR_SCENARIO_RUN_TIMEOUT_MS`` at the call.
@@ -372,6 +399,7 @@ ROUTES: Final[tuple[Route[Any, Any], ...]] = (
     PROXY_REGISTER,
     PROXY_POLL,
     PROXY_RESULT,
+    PROXY_UNREGISTER,
     PROXY_STEP,
     SCENARIO_HELLO,
     SCENARIO_RUN,

@@ -4,7 +4,8 @@
 client, the evaluator pool, the outbox, the recorder, the controller) and then the server with the
 controller as its handler, so nothing is attached after construction and the server never imports
 the session. ``main`` is the console script: it takes the project's lock, publishes the discovery
-file, serves until SIGTERM or SIGINT, and removes the file on the way out.
+file, serves until SIGTERM or SIGINT, or until nothing has used it for ``BIR_CONTROL_IDLE_MS`` (no hook,
+no proxy polling, no ``bir`` server: the next hook revives it), and removes the file on the way out.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +26,11 @@ from typing import Final
 
 from bir.core import config, installed
 from bir.core.delivery import sweep, tmp_dir
+from bir.core.home_files import open_private, private_dir
 from bir.core.log import log_event, log_to_file, logs_dir
 from bir.core.paths import project_key, server_lock
 from bir.core.service import ServiceClient
+from bir.core.stall import CLEAR_EVERY_S, clear_stalled
 from bir.evaluator import EvaluatorPool
 from bir.hooks.discovery import read_discovery, remove_discovery, write_discovery
 from bir.hooks.local import local_client, wants_local
@@ -37,6 +41,7 @@ from bir.hooks.session.controller import Controller
 from bir.hooks.session.outbox import Outbox
 from bir.hooks.session.recorder import Recorder
 from bir.hooks.session.switches import SwitchReader, installed_proxies, read_switches
+from bir.hooks.wiring import wrap_approved
 
 # Bundle files (a diverging Bash's results, §8) live an hour; the server looks this often, so none
 # outlives it by more than this, whether or not another bundle is written.
@@ -49,6 +54,10 @@ async def _sweep_bundles(every_s: float) -> None:
         if removed:
             log_event("control.swept", files=removed)
         await asyncio.sleep(every_s)
+
+
+# How often an idle server looks at its clock, at most (it looks sooner when the idle time is due sooner).
+IDLE_CHECK_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -91,12 +100,13 @@ async def live_session(
             wrapped=wrapped,
             pool=pool,
             service=service,
-            recorder=Recorder(outbox, service.configured),
+            recorder=Recorder(outbox, lambda: service.configured),
             reports=outbox,
             switches=switches or read_switches(project),
             delivery_live=hellos.delivery_tool_live,
             wait_for_delivery=hellos.wait_for_delivery_tool,
             expected_wrapped=lambda: installed_proxies(project),
+            wrap_approved=lambda: asyncio.to_thread(wrap_approved, project),
         )
         controller.switches()
         server = ControlServer(handler=controller, queue=queue, hellos=hellos, wrapped=wrapped)
@@ -146,8 +156,8 @@ def take_server_lock(project: Path) -> int | None:
         OSError: the lock file cannot be created.
     """
     path = server_lock(config.home(), project)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    private_dir(config.home(), "control")
+    fd = open_private(path, "update")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -178,17 +188,44 @@ async def _serve(project: Path, port: int, *, quiet_if_running: bool = False) ->
         os.close(lock)
 
 
+async def until_stopped_or_idle(
+    stop: asyncio.Event, server: ControlServer, idle_s: float | None, project: Path | None = None
+) -> bool:
+    """Wait for ``stop``, or for ``server`` to go unused for ``idle_s`` (None: never), counted from now at the
+    earliest (the server is published now; nobody could use it before); True when it went idle. Meanwhile
+    any note a hook left that this server of ``project`` did not answer is cleared: it runs again."""
+    since = time.monotonic()
+    home, pid = config.home(), os.getpid()
+
+    def idle() -> float:
+        return min(server.idle_s(), time.monotonic() - since)
+
+    while True:
+        if project is not None and clear_stalled(home, project, pid):
+            log_event("control.stall_cleared", project=str(project))
+        wait = CLEAR_EVERY_S if idle_s is None else min(IDLE_CHECK_S, CLEAR_EVERY_S, max(0.05, idle_s - idle()))
+        try:
+            await asyncio.wait_for(stop.wait(), wait)
+            return False
+        except TimeoutError:
+            pass
+        if idle_s is not None and idle() >= idle_s:
+            return True
+
+
 async def _serve_locked(project: Path, port: int) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    idle_ms = config.require_int("BIR_CONTROL_IDLE_MS")
     try:
         async with live_session(project, port=port) as live:
             try:
                 path = write_discovery(live.server.discovery(project))
                 log_event("control.published", path=str(path), project=str(project), url=live.server.url)
-                await stop.wait()
+                if await until_stopped_or_idle(stop, live.server, idle_ms / 1000 if idle_ms else None, project):
+                    log_event("control.idle_exit", project=str(project), idle_ms=idle_ms)
             finally:
                 remove_discovery(project, pid=os.getpid())
     finally:

@@ -15,6 +15,7 @@ import msgspec
 
 from bir.core import config
 from bir.core.atomic import write_atomic
+from bir.core.home_files import private_dir, read_private
 from bir.core.log import log_event
 from bir.core.paths import pid_alive, project_key
 
@@ -57,10 +58,7 @@ def write_discovery(discovery: Discovery, home: Path | None = None) -> Path:
     Raises:
         OSError: the control directory or the file cannot be written.
     """
-    directory = control_dir(home)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # mkdir's mode is filtered by the umask and ignored for an existing directory.
-    os.chmod(directory, 0o700)
+    private_dir(home if home is not None else config.home(), "control")
     target = discovery_path(discovery.project, home)
     write_atomic(target, msgspec.json.encode(discovery))
     return target
@@ -68,8 +66,7 @@ def write_discovery(discovery: Discovery, home: Path | None = None) -> Path:
 
 def _load(path: Path) -> Discovery | None:
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        data = read_private(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -91,6 +88,20 @@ def read_discovery(project_dir: str | os.PathLike[str]) -> Discovery | None:
     if discovery is None or not pid_alive(discovery.pid):
         return None
     return discovery
+
+
+def all_discoveries(home: Path | None = None) -> list[Discovery]:
+    """Every live control server announced under ``home`` (default ``BIR_HOME``), oldest first."""
+    found: list[Discovery] = []
+    try:
+        paths = sorted(control_dir(home).glob("*.json"))
+    except OSError:
+        return found
+    for path in paths:
+        discovery = _load(path)
+        if discovery is not None and pid_alive(discovery.pid) and path == discovery_path(discovery.project, home):
+            found.append(discovery)
+    return sorted(found, key=lambda d: d.started_at)
 
 
 def remove_discovery(project_dir: str | os.PathLike[str], pid: int | None = None) -> bool:

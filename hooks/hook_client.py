@@ -6,8 +6,11 @@ POSTs the body to the event's route with the bearer token and prints the answer.
 JSON object, ``{}`` at worst, and exits 0: the host session must never fail because of bir.
 Failures go to ``<BIR_HOME>/logs/hook.log``, never to stderr, which Claude Code may show the user.
 
+A server that did not answer in time is remembered (``bir.core.stall``): until it runs again, hooks
+answer ``{}`` at once instead of waiting out their deadline at every tool call.
+
 When an installed project (not marked down) has no live server, the hook starts
-``bir-hooks revive`` detached, at most once per ``REVIVE_EVERY_S``, and on SessionStart and
+``bir-hooks revive`` detached (``bir.core.revive``: at most once per ``REVIVE_EVERY_S``), and on SessionStart and
 UserPromptSubmit waits up to ``REVIVE_WAIT_S`` for it, so that a session's first prompt is still
 matched.
 
@@ -29,9 +32,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from bir.core import config
+from bir.core.home_files import open_private, private_dir, read_private
+from bir.core.host import host_pid
 from bir.core.off_switch import runner_off
-from bir.core.paths import control_dir, discovery_file, pid_alive, resolve_project, revive_stamp
-from bir.hooks.hook_routes import HOOK_ROUTES
+from bir.core.paths import discovery_file, pid_alive, resolve_project
+from bir.core.stall import is_stalled, mark_stalled
+from bir.hooks.hook_routes import HOOK_ROUTES, HOST_PID_FIELD
 
 # Events that wait for a revived server: the start of a session and its prompts are what get matched.
 WAITING_EVENTS: Final = frozenset({"SessionStart", "UserPromptSubmit"})
@@ -39,7 +45,6 @@ WAITING_EVENTS: Final = frozenset({"SessionStart", "UserPromptSubmit"})
 MAX_STDIN_BYTES: Final = 16 * 1024 * 1024
 MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 MAX_DISCOVERY_BYTES: Final = 64 * 1024
-REVIVE_EVERY_S: Final = 10.0
 REVIVE_WAIT_S: Final = 1.0
 REVIVE_POLL_S: Final = 0.04
 LOG_MAX_BYTES: Final = 1024 * 1024
@@ -54,21 +59,23 @@ class HookFailure(Exception):
     """Why a hook printed ``{}``; its message goes to the hook log."""
 
 
+class ServerTimedOut(HookFailure):
+    """The server took the connection and did not answer before the deadline."""
+
+
 def _log(home: Path, **fields: Any) -> None:
     """One ``hook.failed`` line in ``<BIR_HOME>/logs/hook.log``, rotated past ~1 MB. Never raises."""
     try:
         from bir.core.log import format_event
 
-        logs = home / "logs"
-        logs.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = logs / "hook.log"
+        path = private_dir(home, "logs") / "hook.log"
         line = (format_event("hook.failed", fields) + "\n").encode("utf-8", "replace")
         try:
-            if path.stat().st_size + len(line) > LOG_MAX_BYTES:
+            if os.lstat(path).st_size + len(line) > LOG_MAX_BYTES:
                 os.replace(path, path.with_name("hook.log.1"))
         except FileNotFoundError:
             pass
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = open_private(path, "append")
         try:
             os.write(fd, line)
         finally:
@@ -95,6 +102,15 @@ def read_body(stream: Any, limit: int = MAX_STDIN_BYTES) -> tuple[bytes, dict[st
     return data, parsed
 
 
+def with_host(body: bytes, parsed: Mapping[str, Any], host: int) -> bytes:
+    """``body`` with bir's host field first in the object, the rest of its bytes as Claude Code wrote them
+    (re-encoding a large ``tool_response`` would cost every tool call). An empty object stays as it is."""
+    if not parsed or HOST_PID_FIELD in parsed:
+        return body
+    start = body.find(b"{")
+    return body[:start] + b'{"' + HOST_PID_FIELD.encode() + b'":' + str(host).encode() + b"," + body[start + 1 :]
+
+
 def project_dir(body: Mapping[str, Any], env: Mapping[str, str]) -> Path:
     """``CLAUDE_PROJECT_DIR``, else the hook's ``cwd``, else the working directory; resolved."""
     raw = env.get("CLAUDE_PROJECT_DIR") or body.get("cwd")
@@ -103,11 +119,10 @@ def project_dir(body: Mapping[str, Any], env: Mapping[str, str]) -> Path:
     return resolve_project(raw)
 
 
-def read_server(home: Path, project: Path) -> tuple[str, str] | None:
-    """The live control server's ``(url, token)``, or None (no file, unreadable, bad shape, dead pid)."""
+def read_server(home: Path, project: Path) -> tuple[str, str, int] | None:
+    """The live control server's ``(url, token, pid)``, or None (no file, unreadable, bad shape, dead pid)."""
     try:
-        with discovery_file(home, project).open("rb") as handle:
-            data = handle.read(MAX_DISCOVERY_BYTES + 1)
+        data = read_private(discovery_file(home, project), MAX_DISCOVERY_BYTES)
     except OSError:
         return None
     if len(data) > MAX_DISCOVERY_BYTES:
@@ -121,14 +136,15 @@ def read_server(home: Path, project: Path) -> tuple[str, str] | None:
     url, token, pid = raw.get("url"), raw.get("token"), raw.get("pid")
     if not (isinstance(url, str) and isinstance(token, str) and isinstance(pid, int)):
         return None
-    return (url, token) if pid_alive(pid) else None
+    return (url, token, pid) if pid_alive(pid) else None
 
 
 def post(url: str, route: str, token: str, body: bytes, deadline: float) -> bytes:
     """POST ``body`` to ``url + route`` and return the answer's body, all before ``deadline`` (monotonic).
 
     Raises:
-        HookFailure: a bad URL, the connection failed or timed out, the answer was not 200 or too large.
+        ServerTimedOut: the server did not answer before ``deadline``.
+        HookFailure: a bad URL, the connection failed, the answer was not 200 or too large.
     """
     # Imported here: a hook with no server to talk to never pays for them. The hook speaks plain HTTP
     # to a loopback server only (any other scheme is refused below), and importing `ssl` would cost
@@ -151,7 +167,7 @@ def post(url: str, route: str, token: str, body: bytes, deadline: float) -> byte
     def left() -> float:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise HookFailure("deadline passed")
+            raise ServerTimedOut(f"{route}: no answer before the deadline")
         return remaining
 
     path = (parts.path.rstrip("/") or "") + route
@@ -181,6 +197,8 @@ def post(url: str, route: str, token: str, body: bytes, deadline: float) -> byte
         if response.status != 200:
             raise HookFailure(f"{route} answered {response.status}")
         return b"".join(chunks)
+    except TimeoutError:
+        raise ServerTimedOut(f"{route}: no answer before the deadline") from None
     except (OSError, http.client.HTTPException) as exc:
         raise HookFailure(f"{route}: {type(exc).__name__}: {exc}") from None
     finally:
@@ -202,54 +220,7 @@ def answer_text(data: bytes) -> str:
     return json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
 
 
-def hooks_command() -> list[str]:
-    """How to start ``bir-hooks`` of this installation: the script beside the interpreter or this
-    script, else ``python -m bir.hooks``."""
-    for folder in (Path(sys.executable).parent, Path(sys.argv[0]).resolve().parent if sys.argv[0] else None):
-        if folder is not None:
-            candidate = folder / "bir-hooks"
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return [str(candidate)]
-    import shutil
-
-    found = shutil.which("bir-hooks")
-    return [found] if found else [sys.executable, "-m", "bir.hooks"]
-
-
-def revive(home: Path, project: Path, now: float | None = None) -> bool:
-    """Start ``bir-hooks revive --project PROJECT`` detached, unless one was started within
-    ``REVIVE_EVERY_S``; True if started.
-
-    Raises:
-        OSError: the stamp or the process could not be made.
-    """
-    stamp = revive_stamp(home, project)
-    now = time.time() if now is None else now
-    try:
-        if now - stamp.stat().st_mtime < REVIVE_EVERY_S:
-            return False
-    except FileNotFoundError:
-        pass
-    folder = control_dir(home)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.close(fd)
-    os.utime(stamp, (now, now))
-    import subprocess
-
-    subprocess.Popen(
-        [*hooks_command(), "revive", "--project", str(project)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        close_fds=True,
-        start_new_session=True,
-        cwd=str(project) if project.is_dir() else "/",
-    )
-    return True
-
-
-def _wait_for_server(home: Path, project: Path, until: float) -> tuple[str, str] | None:
+def _wait_for_server(home: Path, project: Path, until: float) -> tuple[str, str, int] | None:
     while True:
         server = read_server(home, project)
         if server is not None or time.monotonic() >= until:
@@ -274,6 +245,7 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
     server = read_server(home, project)
     if server is None:
         from bir.core import installed
+        from bir.core.revive import revive
 
         switches = installed.project(project, home)
         if switches is None or switches.down:
@@ -287,8 +259,17 @@ def run(argv: Sequence[str], stdin: Any, env: Mapping[str, str], home: Path) -> 
         server = _wait_for_server(home, project, min(deadline, time.monotonic() + REVIVE_WAIT_S))
         if server is None:
             raise HookFailure("no control server came up in time")
-    url, token = server
-    return answer_text(post(url, route.path, token, body, deadline))
+    url, token, pid = server
+    if is_stalled(home, project, pid):
+        return _EMPTY
+    try:
+        return answer_text(post(url, route.path, token, with_host(body, parsed, host_pid(env)), deadline))
+    except ServerTimedOut:
+        try:
+            mark_stalled(home, project, pid)
+        except OSError as exc:
+            raise HookFailure(f"the server did not answer, and that could not be noted: {exc}") from None
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

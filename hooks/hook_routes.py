@@ -23,6 +23,9 @@ class HookRoute(NamedTuple):
     client_s: float
 
 
+# The field bir adds to a hook's body (Claude Code never sends it): the session's host, ``bir.core.host``.
+HOST_PID_FIELD: Final = "bir_host_pid"
+
 HOOK_ROUTES: Final[Mapping[str, HookRoute]] = {
     "SessionStart": HookRoute("/session/start", 10, 2_000, 3.0),
     "UserPromptSubmit": HookRoute("/session/prompt", 10, 7_000, 8.5),

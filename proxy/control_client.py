@@ -17,6 +17,8 @@ from typing import Any, Final
 import httpx
 import msgspec
 
+from bir.core.framing import deeper_than
+from bir.core.host import host_pid
 from bir.hooks import api
 from bir.hooks.control_client import ControlClient, ControlError, Endpoint
 
@@ -26,6 +28,8 @@ DEFAULT_POLL_HOLD_MS: Final = 25_000
 MAX_POLL_HOLD_MS: Final = 60_000
 # The control server refuses bodies past 8 MiB; a step report stays under that.
 MAX_REPORT_BYTES: Final = 7 * 1024 * 1024
+# The server's decoder stops near 1,000 levels; a report stays well within it.
+MAX_REPORT_DEPTH: Final = 500
 
 __all__ = ["ControlError", "Endpoint", "ProxyLink", "Registration", "discover", "project_dir"]
 
@@ -64,6 +68,8 @@ class ProxyLink:
         self.server_name = server_name
         self.proxy_id = proxy_id
         self._started_at = int(time.time() * 1000)
+        # The Claude Code process that started this proxy: its session's hooks name the same one.
+        self._host_pid = host_pid()
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -75,11 +81,24 @@ class ProxyLink:
             ControlError: no answer, a non-2xx answer, or an unreadable one.
         """
         body = api.RegisterRequest(
-            server_name=self.server_name, proxy_id=self.proxy_id, pid=os.getpid(), started_at=self._started_at
+            server_name=self.server_name,
+            proxy_id=self.proxy_id,
+            pid=os.getpid(),
+            started_at=self._started_at,
+            host_pid=self._host_pid,
         )
         answer = await self._client.call(api.PROXY_REGISTER, body)
         hold = max(0, min(answer.poll_hold_ms, MAX_POLL_HOLD_MS))
         return Registration(replay=answer.replay, poll_hold_ms=hold)
+
+    async def unregister(self) -> None:
+        """``POST /proxy/unregister``: this proxy is gone (its host closed the session).
+
+        Raises:
+            ControlError: the server did not take it (an older one answers 404).
+        """
+        body = api.UnregisterRequest(server_name=self.server_name, proxy_id=self.proxy_id)
+        await self._client.call(api.PROXY_UNREGISTER, body)
 
     async def poll(self, hold_ms: int) -> api.PollAnswer:
         """``POST /proxy/poll``, held by the server up to ``hold_ms``.
@@ -93,6 +112,7 @@ class ProxyLink:
             pid=os.getpid(),
             started_at=self._started_at,
             hold_ms=hold_ms,
+            host_pid=self._host_pid,
         )
         return await self._client.call(api.PROXY_POLL, body, timeout_s=hold_ms / 1000 + POLL_SLACK_S)
 
@@ -126,7 +146,13 @@ class ProxyLink:
 
 
 def _fit(body: api.ResultRequest | api.StepReport) -> bytes:
-    """Serialise ``body``; past the server's limit, drop its result (and arguments) and say so instead."""
+    """Serialise ``body``; past the server's limits, drop its result (and arguments) and say so instead."""
+    arguments = body.arguments if isinstance(body, api.StepReport) else None
+    if deeper_than(body.result, MAX_REPORT_DEPTH) or deeper_than(arguments, MAX_REPORT_DEPTH):
+        error = f"the result was nested too deeply to report (more than {MAX_REPORT_DEPTH} levels)"
+        if isinstance(body, api.StepReport):
+            return api.encode(msgspec.structs.replace(body, result=None, arguments=None, error=error))
+        return api.encode(msgspec.structs.replace(body, result=None, error=error))
     encoded = api.encode(body)
     if len(encoded) <= MAX_REPORT_BYTES:
         return encoded

@@ -82,14 +82,22 @@ def answer_text(status: int, reply: bytes) -> str | None:
 
 
 async def answer_hook(
-    arguments: Mapping[str, Any] | None, meta: Mapping[str, Any] | None, *, off: bool, post: Post
+    arguments: Mapping[str, Any] | None,
+    meta: Mapping[str, Any] | None,
+    *,
+    off: bool,
+    post: Post,
+    host: int | None = None,
 ) -> HookReply:
-    """The tool's answer to one call; never raises but for cancellation."""
+    """The tool's answer to one call; never raises but for cancellation. ``host`` is the Claude Code
+    process that started this server (``bir.core.host``): the hook's session is that host's."""
     if meta is not None and MODEL_CALL_META in meta:
         return HookReply(EMPTY, failure="called by the model, not by a hook")
     body = hook_input(arguments or {})
     if body is None:
         return HookReply(EMPTY, failure="not a tool event's hook input")
+    if host is not None:
+        body[api.HOOK_HOST_PID_FIELD] = host
     event = str(body["hook_event_name"])
     if off:
         return HookReply(EMPTY, event)

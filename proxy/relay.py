@@ -28,6 +28,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from bir.core.framing import (
     DEFAULT_MAX_LINE_BYTES,
     NEED_DATA,
+    NO_ID,
     Envelope,
     FramingError,
     LineSplitter,
@@ -37,6 +38,7 @@ from bir.core.framing import (
     encode_message,
     id_key,
     peek,
+    unreadable_id,
 )
 from bir.core.log import log_event
 from bir.hooks.api import StepReport
@@ -100,6 +102,10 @@ class _OwnRequest:
     done: anyio.Event = field(default_factory=anyio.Event)
     envelope: Envelope | None = None
     gone: bool = False
+    unreadable: bool = False
+
+
+UNREADABLE_ANSWER: Final = "the upstream's answer could not be read (not valid JSON, or a lone surrogate in a string)"
 
 
 def error_response(request_id: RequestId, code: int, message: str) -> bytes:
@@ -219,6 +225,8 @@ class Relay:
                 )
                 log_event("proxy.own_request_cancelled", request_id=request_id, method=method)
                 raise RequestTimedOut(f"no answer within {round(timeout_s * 1000)} ms; cancelled upstream")
+            if own.unreadable:
+                raise UpstreamRequestError(None, UNREADABLE_ANSWER)
             if own.gone or own.envelope is None:
                 raise UpstreamGone("the upstream exited before it answered")
             if own.envelope.is_error:
@@ -319,7 +327,10 @@ class Relay:
 
     async def _from_upstream(self, line: bytes) -> None:
         envelope = peek(line)
-        if envelope is None or not envelope.is_response:
+        if envelope is None:
+            await self._from_upstream_unreadable(line)
+            return
+        if not envelope.is_response:
             await self._send_host(line)
             return
         request_id = envelope.request_id
@@ -358,6 +369,26 @@ class Relay:
         self._listed_without_call_id = False
         log_event("proxy.tools_changed", server=self._server_name, why="a control server is known: the call id")
         await self._send_host(LIST_CHANGED)
+
+    async def _from_upstream_unreadable(self, line: bytes) -> None:
+        """A line ``peek`` cannot read: the host gets it untouched, and the request it answers (when its
+        id can be found) fails now instead of at its deadline."""
+        request_id = unreadable_id(line)
+        if request_id is NO_ID:
+            await self._send_host(line)
+            return
+        if isinstance(request_id, str) and request_id.startswith(OWN_ID_PREFIX):
+            own = self._own.get(request_id)
+            if own is not None:
+                own.unreadable = True
+                own.done.set()
+            log_event("proxy.answer_unreadable", request_id=request_id)
+            return
+        entry = self._pending.pop(id_key(request_id), None)
+        await self._send_host(line)
+        if entry is not None:
+            log_event("proxy.answer_unreadable", method=entry.method)
+            self._finish_step(entry, None, UNREADABLE_ANSWER)
 
     def _settle_own(self, request_id: str, envelope: Envelope) -> None:
         own = self._own.get(request_id)

@@ -13,13 +13,19 @@ background sender, bounded at 1 s and never awaited by a request.
 The off switch is ``BIR_OFF`` (read at start) or the file ``<BIR_HOME>/off`` (looked at every 2 s).
 While off, ``tools/list`` lists nothing, and a flip is announced with ``notifications/tools/list_changed``.
 
+``run_scenario`` is listed only while replay is on for the project (its stored switch, and ``BIR_REPLAY``
+not ``0``; looked at with the off switch): ``bir install`` always registers this server, since it carries
+the tool events' hooks, and without replay no tool of it rides along a request (D14).
+
 The scenario tools (``bir.proxy.scenario_tools``, spec §16.5): the reading ones are listed where the
 project's ``editing`` switch is on (``bir scenario editing on``, looked at with the off switch) or
 ``BIR_SCENARIO_TOOLS=read``, and answered even unlisted; the changing ones are listed and run only with
 editing on. A change of the list is announced the same way.
 
-The ``hook`` tool (``bir.proxy.hook_tool``, unlisted) answers the tool events of ``bir install
---mcp-hooks``: Claude Code's ``mcp_tool`` hooks, POSTed to the control server's hook routes.
+The ``hook`` tool (``bir.proxy.hook_tool``, unlisted) answers the tool events (``bir install`` writes them
+as ``mcp_tool`` hooks on this server): POSTed to the control server's hook routes. When the project has no
+live control server, the hook tool and ``run_scenario`` start ``bir-hooks revive`` as ``bir-hook`` does
+(``bir.core.revive``: installed, not down, once per 10 s) and answer as without one.
 
 Usage: ``bir-scenario [--project DIR]`` (the project directory defaults to the working directory).
 """
@@ -44,9 +50,11 @@ from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 
 from bir.core import config, installed
+from bir.core.host import host_pid
 from bir.core.log import log_event
 from bir.core.off_switch import file_says_off
 from bir.core.paths import off_file
+from bir.core.revive import revive_if_due
 from bir.hooks import api
 from bir.hooks.control_client import ControlClient, ControlError
 from bir.hooks.discovery import Discovery, read_discovery
@@ -151,10 +159,23 @@ class ScenarioLink:
     def _client(self, found: Discovery) -> ControlClient:
         return ControlClient(found, http=self._http, max_answer_bytes=MAX_REPLY_BYTES)
 
+    async def revive(self) -> bool:
+        """Start the project's control server when it is due (``bir.core.revive``: an installed project, not
+        down, at most once per 10 s across every hook); True if one was started. Never raises."""
+        try:
+            started = await anyio.to_thread.run_sync(revive_if_due, config.home(), self._project_dir)
+        except OSError as exc:
+            log_event("scenario.recorder_revive", ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+            return False
+        if started:
+            log_event("scenario.recorder_revive", ok=True, project=str(self._project_dir))
+        return started
+
     async def run(self, tool_use_id: str | None, timeout_s: float) -> Answer:
         """``POST /scenario/run`` and what it means for the model; never raises but for cancellation."""
         found = self.discovery()
         if found is None:
+            await self.revive()
             return no_control_server("no discovery file for this project")
         body = api.ScenarioRunRequest(tool_use_id=tool_use_id)
         try:
@@ -178,6 +199,8 @@ class ScenarioLink:
         """
         found = self.discovery()
         if found is None:
+            # The next tool call's hook finds it: a revived server takes about a second to publish itself.
+            await self.revive()
             raise LookupError("no discovery file for this project")
         hook = next(r for r in api.HOOKS.values() if r.path == route)
         return await self._client(found).send(hook, body, timeout_s=timeout_s)
@@ -224,18 +247,21 @@ class ScenarioServer:
         self.control = control
         self.switch = OffSwitch(settings.env_off, settings.off_path)
         self.off = self.switch.read()
-        self.editing = self._read_editing()
+        self.editing, self.replay = self._read_switches()
         self.heartbeat = Heartbeat(self._send_hello)
         self._session: ServerSession | None = None
         self._seen_discovery: tuple[str, int] | None = None
         self._version = bir_version()
+        # The Claude Code process that started this server: the session whose hooks the hook tool answers.
+        self.host = host_pid()
         self.mcp: Server[Any] = Server(
             "bir", version=self._version, on_list_tools=self._list_tools, on_call_tool=self._call_tool
         )
         self.mcp.middleware.append(self._observe)
 
     def tools(self) -> list[types.Tool]:
-        """What ``tools/list`` answers now: ``run_scenario`` and the scenario tools allowed, or nothing while off."""
+        """What ``tools/list`` answers now: ``run_scenario`` while replay is on, the scenario tools allowed,
+        or nothing while off."""
         if self.off:
             return []
         run = types.Tool(
@@ -244,15 +270,19 @@ class ScenarioServer:
         names = (READ_TOOLS if self.editing or self.settings.read_tools else ()) + (
             CHANGE_TOOLS if self.editing else ()
         )
-        return [run, *tool_definitions(names)]
+        return [*([run] if self.replay else []), *tool_definitions(names)]
 
-    def _read_editing(self) -> bool:
+    def _read_switches(self) -> tuple[bool, bool]:
+        """The project's ``editing`` and replay switches now (both off when the store cannot be read)."""
         try:
             switches = installed.project(self.settings.project_dir)
         except Exception as exc:  # noqa: BLE001 - an unreadable store must read as "editing off"
             log_event("scenario.editing_unreadable", error=f"{type(exc).__name__}: {exc}")
-            return False
-        return switches is not None and switches.editing
+            return False, False
+        return switches is not None and switches.editing, installed.replay_on(switches)
+
+    def _read_editing(self) -> bool:
+        return self._read_switches()[0]
 
     async def _scenario_tool(self, params: types.CallToolRequestParams) -> types.CallToolResult:
         reading = params.name in READ_TOOLS
@@ -315,13 +345,15 @@ class ScenarioServer:
     async def _hook(self, params: types.CallToolRequestParams) -> types.CallToolResult:
         # The off switch is read on every call, as bir-hook does: `bir off` takes effect at once.
         off = self.switch.read()
-        reply = await answer_hook(params.arguments, params.meta, off=off, post=self.control.post_hook)
+        reply = await answer_hook(params.arguments, params.meta, off=off, post=self.control.post_hook, host=self.host)
         if reply.failure is not None:
             log_event("scenario.hook", ok=False, hookEvent=reply.event, reason=reply.failure)
         return _result(reply.text, is_error=False)
 
     async def _send_hello(self) -> None:
-        payload = api.Hello(pid=os.getpid(), version=self._version, tools=len(self.tools()), off=self.off)
+        payload = api.Hello(
+            pid=os.getpid(), version=self._version, tools=len(self.tools()), off=self.off, host_pid=self.host
+        )
         await self.control.hello(payload)
 
     async def _watch(self) -> None:
@@ -337,10 +369,13 @@ class ScenarioServer:
             log_event("scenario.off_switch", off=off)
             await self._announce_tools_changed()
             self.heartbeat.poke()
-        editing = self._read_editing()
-        if editing != self.editing:
-            self.editing = editing
-            log_event("scenario.editing_switch", editing=editing)
+        editing, replay = self._read_switches()
+        if (editing, replay) != (self.editing, self.replay):
+            if editing != self.editing:
+                log_event("scenario.editing_switch", editing=editing)
+            if replay != self.replay:
+                log_event("scenario.replay_switch", replay=replay)
+            self.editing, self.replay = editing, replay
             if not self.off:
                 await self._announce_tools_changed()
                 self.heartbeat.poke()

@@ -31,6 +31,7 @@ import mcp_types as types
 from anyio.abc import ByteReceiveStream, Process
 
 from bir.core import config
+from bir.core.home_files import open_private, private_dir
 from bir.core.log import log_event
 from bir.core.truncate import cut_counted
 
@@ -281,13 +282,13 @@ async def run_tool(name: str, arguments: Mapping[str, Any], settings: ToolSettin
 async def _run(
     name: str, bir: str, command: Command, settings: ToolSettings, *, cwd: Path, timeout_s: float
 ) -> ToolAnswer:
-    settings.tmp_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(settings.tmp_root.parent, settings.tmp_root.name)
     folder = Path(tempfile.mkdtemp(prefix="call-", dir=settings.tmp_root))
     try:
         argv = [bir, *command.argv]
         for flag, body in command.files.items():
             path = folder / f"{flag.strip('-')}.js"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = open_private(path, "new")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(body)
             argv[-1:-1] = [flag, str(path)]

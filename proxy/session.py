@@ -60,7 +60,7 @@ async def run_session(
     pumped = anyio.Event()
     async with anyio.create_task_group() as group:
         group.start_soon(_forward_signals, upstream, group)
-        group.start_soon(_host_side, relay, host_in, upstream)
+        group.start_soon(_host_side, relay, host_in, upstream, work)
         group.start_soon(_unstick_after_exit, upstream, pumped)
         if work is not None:
             group.start_soon(work.run)
@@ -77,10 +77,13 @@ async def run_session(
     return exit_code(returncode)
 
 
-async def _host_side(relay: Relay, host_in: ByteReceiveStream, upstream: Upstream) -> None:
+async def _host_side(relay: Relay, host_in: ByteReceiveStream, upstream: Upstream, work: WorkLoop | None) -> None:
     await relay.pump_host(host_in)
-    # The host closed our stdin: MCP's shutdown. Pass it on, bounded.
+    # The host closed our stdin: MCP's shutdown. The control server hears it first (its status is then
+    # true at once), then the upstream gets it, bounded.
     log_event("proxy.host_closed")
+    if work is not None:
+        await work.leave()
     await upstream.stop()
 
 

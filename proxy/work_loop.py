@@ -13,6 +13,9 @@ Each work item runs upstream as a ``bir:`` request with a budget a little under 
 server's own (``timeoutMs - min(1000, timeoutMs / 10)``), so the cancellation reaches the upstream
 before the control server gives up on the step. The loop also carries the relay's step reports
 to ``/proxy/step`` through a small bounded queue; what does not fit, or finds no server, is dropped.
+
+When it ends (the host closed the session: ``leave``; or the proxy is exiting) it unregisters, so the
+control server stops counting it as live at once instead of a minute after its last poll.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from bir.proxy.relay import HostGone, RequestTimedOut
 
 STEP_QUEUE: Final = 64
 _MAX_ERROR_CHARS: Final = 2000
+# Saying goodbye is worth a moment, never a wait: a server that does not answer learns it from the silence.
+GOODBYE_S: Final = 1.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,9 @@ class WorkLoop:
         self._steps_in, self._steps_out = anyio.create_memory_object_stream[StepReport](STEP_QUEUE)
         self.polls = 0
         self.works = 0
+        self._scope: anyio.CancelScope | None = None
+        self._leaving = False
+        self._gone = anyio.Event()
 
     @property
     def known(self) -> bool:
@@ -116,17 +124,46 @@ class WorkLoop:
             log_event("proxy.step_dropped", tool=report.tool_name, why="queue full")
 
     async def run(self) -> None:
-        """Serve until cancelled. Never raises for the control server's sake."""
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._report_steps)
+        """Serve until cancelled or ``leave``; unregister on the way out. Never raises for the control
+        server's sake."""
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._report_steps)
+                try:
+                    with anyio.CancelScope() as self._scope:
+                        if not self._leaving:
+                            await self._serve()
+                finally:
+                    group.cancel_scope.cancel()
+                    self._steps_in.close()
+                    self._steps_out.close()
+                    with anyio.CancelScope(shield=True):
+                        await self._goodbye()
+                        await self._drop_client()
+        finally:
+            self._gone.set()
+
+    async def leave(self) -> None:
+        """The host closed the session: serve no more, and tell the control server before this returns
+        (bounded by ``GOODBYE_S``)."""
+        self._leaving = True
+        if self._scope is None:
+            return
+        self._scope.cancel()
+        with anyio.move_on_after(GOODBYE_S + 1.0):
+            await self._gone.wait()
+
+    async def _goodbye(self) -> None:
+        client = self._client
+        if client is None or not self._registered:
+            return
+        self._registered = False
+        with anyio.move_on_after(GOODBYE_S):
             try:
-                await self._serve()
-            finally:
-                group.cancel_scope.cancel()
-                self._steps_in.close()
-                self._steps_out.close()
-                with anyio.CancelScope(shield=True):
-                    await self._drop_client()
+                await client.unregister()
+                log_event("proxy.unregistered", server=self.server_name)
+            except ControlError as exc:
+                log_event("proxy.unregister_failed", server=self.server_name, error=str(exc))
 
     async def _serve(self) -> None:
         backoff = self._pace.backoff_first_s

@@ -13,12 +13,10 @@ setup() {
 }
 
 main_job() {
-    # Replay the direct fleet scenario: the plan's logic in the evaluator pool, its two MCP steps through
-    # an in-process control server and a bir-proxy wrapping the demo fleet server.
-    "$VENV/bin/bir" replay --scenario examples/scenarios/fleet-direct.json \
-        --prompt "find the riskiest device in eu-west-1 and show its details" \
-        --param region=eu-west-1 \
-        --wrap "fleet=$VENV/bin/python -m bir.examples.fleet_server"
+    # The whole loop with no account, in a temporary BIR_HOME (bir demo): a first prompt recorded through
+    # bir's hooks and a bir-proxy over the demo fleet server, its scenario calculated and self-checked on
+    # the local service, a second prompt with another region matched by slot and run directly, booked.
+    "$VENV/bin/bir" demo "$@"
 }
 
 checks() {
@@ -33,7 +31,7 @@ cmd="${1:-test}"
 shift || true
 case "$cmd" in
     setup) setup ;;
-    main) setup; main_job ;;
+    main) setup; main_job "$@" ;;
     test) setup; checks "$@" ;;
-    *) echo "usage: scripts/dev.sh setup|main|test [pytest args]" >&2; exit 2 ;;
+    *) echo "usage: scripts/dev.sh setup|main [--keep|--json]|test [pytest args]" >&2; exit 2 ;;
 esac

@@ -8,7 +8,9 @@ the session use the test's home.
 
 MCP servers connect in the background in ``-p`` mode, so a slow server (a Python one importing the MCP
 SDK takes about a second) may miss the first model request. ``MCP_CONNECTION_NONBLOCKING=false`` makes
-Claude Code wait for its servers before the first request; ``run_claude`` sets it unless told otherwise.
+Claude Code wait for its servers before the first request, for at most ``MCP_CONNECT_TIMEOUT_MS`` (5 s by
+default, which a server behind ``bir-proxy`` outlasts on a loaded machine: the environment says 60 s);
+``run_claude`` sets both unless told otherwise.
 """
 
 from __future__ import annotations
@@ -134,25 +136,31 @@ def run_claude(
     output_format: str = "json",
     extra_args: Sequence[str] = (),
     case_dir: Path | None = None,
+    resume: bool = False,
 ) -> ClaudeRun:
     """Run ``claude -p prompt`` in ``project_dir`` and wait for it, killing its process group after ``timeout_s``.
 
     The case folder (default: ``project_dir``'s parent) gets ``claude-home/`` (HOME), ``claude-tmp/``
-    and the run's ``claude-<session>.stdout``/``.stderr``; the tails kept are bounded.
+    and the run's ``claude-<session>.stdout``/``.stderr``; the tails kept are bounded. ``resume`` with a
+    ``session_id`` continues that session (``--resume``): the prompt is its next turn, in its transcript.
     """
     project_dir = project_dir.resolve()
     case = (case_dir or project_dir.parent).resolve()
     home, tmp = claude_home(case), case / "claude-tmp"
     home.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
+    if resume and session_id is None:
+        raise ValueError("resume needs the session_id of the session to continue")
     session = session_id or str(uuid.uuid4())
-    args = [str(binary), "-p", prompt, "--output-format", output_format, "--session-id", session]
+    args = [str(binary), "-p", prompt, "--output-format", output_format, "--resume" if resume else "--session-id"]
+    args.append(session)
     if output_format == "stream-json":
         args.append("--verbose")
     if allowed_tools:
         args += ["--allowedTools", ",".join(allowed_tools)]
     args += list(extra_args)
-    out_path, err_path = case / f"claude-{session}.stdout", case / f"claude-{session}.stderr"
+    run_name = f"{session}-{uuid.uuid4().hex[:8]}" if resume else session
+    out_path, err_path = case / f"claude-{run_name}.stdout", case / f"claude-{run_name}.stderr"
     started = time.monotonic()
     with out_path.open("wb") as out, err_path.open("wb") as err:
         process = subprocess.Popen(

@@ -4,11 +4,14 @@ Tests that run a real Claude Code ask for ``claude_binary`` (see ``tests/claude_
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.peers import CLAUDE_CODE_VERSIONS, claude_code
+from tests.sandbox import Sandbox, demo_sandbox
+from tests.wheel import Installed, build_and_install
 
 
 @pytest.fixture(autouse=True)
@@ -26,3 +29,20 @@ def claude_binary(request: pytest.FixtureRequest) -> Path:
     one installs (hundreds of MB from npm) inside its own time limit.
     """
     return claude_code(str(request.param))
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """The wheel built from this tree and installed into a fresh venv, once per test session
+    (``tests/wheel.py``). A test that asks for it carries ``pytest.mark.timeout(WHEEL_TEST_TIMEOUT_S)``."""
+    return build_and_install(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture
+def demo(wheel: Installed, tmp_path: Path) -> Iterator[Sandbox]:
+    """A new user's machine with the wheel installed and the demo fleet in a project (``tests/sandbox.py``)."""
+    sandbox = demo_sandbox(wheel, tmp_path / "sandbox")
+    try:
+        yield sandbox
+    finally:
+        sandbox.close()

@@ -143,7 +143,10 @@ def test_a_bad_bir_value_is_a_one_line_error_before_any_network_call(
     )
 
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["bir: BIR_STEP_TIMEOUT_MS must be a whole number, got 'abc'"]
+    assert done.stderr.strip().splitlines() == [
+        "bir: BIR_STEP_TIMEOUT_MS must be a whole number, got 'abc' (fix it or unset it; `bir doctor` lists every "
+        "bad value)"
+    ]
     assert done.stdout == ""
     assert seen == []
 

@@ -11,31 +11,37 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bir.core import config
+from bir.core import config, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.evaluator import walls
 from bir.hooks import api
-from bir.hooks.commands.install import (
+from bir.hooks.commands.probes import Serving, serving
+from bir.hooks.commands.progress import for_command
+from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag
+from bir.hooks.commands.status import StatusFacts
+from bir.hooks.commands.status import gather as gather_status
+from bir.hooks.commands.term import ago, paint, wants_colour
+from bir.hooks.wiring import (
+    HookStyle,
     InstallError,
     claude_config_file,
     is_bir_hook,
     is_mcp_hook,
     read_json_file,
+    stored_hook_style,
 )
-from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
-from bir.hooks.commands.status import StatusFacts
-from bir.hooks.commands.status import gather as gather_status
-from bir.hooks.commands.term import ago, paint, wants_colour
 
 Level = Literal["broken", "warning", "ok"]
 Deriver = Literal["this machine", "the service", "nobody"]
@@ -53,7 +59,7 @@ class HookFact:
     is_async: bool = False
     command: str = ""
     runnable: bool = False
-    # "mcp_tool" for the tool events of ``bir install --replay --mcp-hooks``; its input is as install writes it.
+    # "mcp_tool" for the tool events as ``bir install`` writes them by default; its input is as install writes it.
     kind: str = "command"
     input_ok: bool = True
 
@@ -82,6 +88,11 @@ class DoctorFacts:
     derive_key: bool
     anthropic_key_ignored: bool
     evaluator: EvaluatorFacts
+    # ``BIR_*`` variables bir cannot use (name, why): every other command refuses to run while one is set.
+    config_errors: tuple[tuple[str, str], ...] = ()
+    serving: Serving = "none"
+    # How install wrote the tool events' hooks; None: an install older than the choice (it wrote commands).
+    hook_style: HookStyle | None = "mcp_tool"
 
 
 @dataclass(frozen=True)
@@ -168,12 +179,27 @@ def _setting(name: str) -> config.Setting:
     return next(s for s in config.settings() if s.name == name)
 
 
-async def gather(project_dir: str | Path) -> DoctorFacts:
-    """The facts of ``bir doctor`` for the project at ``project_dir``.
+@contextlib.contextmanager
+def _read_as_unset(names: Sequence[str]) -> Iterator[None]:
+    """``names`` out of this process's environment for the block: the rest of the report is judged as bir
+    would run once the bad values are gone, instead of stopping at the first one."""
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
-    Raises:
-        ConfigError: a ``BIR_*`` variable read here holds an unusable value.
-    """
+
+async def gather(project_dir: str | Path) -> DoctorFacts:
+    """The facts of ``bir doctor`` for the project at ``project_dir``; a ``BIR_*`` value bir cannot use is
+    a fact too (``config_errors``), and everything else is read as if it were unset."""
+    bad = tuple((name, str(exc)) for name, exc in config.invalid_variables())
+    with _read_as_unset([name for name, _ in bad]):
+        facts = await _gather(project_dir)
+    return dataclasses.replace(facts, config_errors=bad)
+
+
+async def _gather(project_dir: str | Path) -> DoctorFacts:
     status = await gather_status(project_dir)
     project = Path(status.project)
     settings_path = project / ".claude" / "settings.local.json"
@@ -186,6 +212,9 @@ async def gather(project_dir: str | Path) -> DoctorFacts:
         _, config_doc = read_json_file(claude_config_file())
     except InstallError:
         config_doc = {}
+    stored = installed.project(project)
+    record = stored.install if stored is not None else {}
+    style: HookStyle | None = stored_hook_style(record) if "hookStyle" in record or record.get("mcpHooks") else None
     engine = str(config.get_str("BIR_LOGIC_ENGINE"))
     timeout = _setting("BIR_LOGIC_TIMEOUT_MS")
     derive_key = bool(config.get_str("BIR_DERIVE_API_KEY"))
@@ -198,6 +227,7 @@ async def gather(project_dir: str | Path) -> DoctorFacts:
         hooks=read_hooks(settings),
         local_servers=read_local_servers(config_doc, status.project),
         min_steer_similarity=float(config.get_float("BIR_MIN_STEER_SIMILARITY") or 0.0),
+        hook_style=style,
         derive_key=derive_key or (anthropic and use_anthropic),
         anthropic_key_ignored=anthropic and not use_anthropic and not derive_key,
         evaluator=EvaluatorFacts(
@@ -208,6 +238,7 @@ async def gather(project_dir: str | Path) -> DoctorFacts:
             timeout_from=timeout.source,
             walls=walls.describe(),
         ),
+        serving=serving(status.sign_in),
     )
 
 
@@ -215,12 +246,14 @@ async def gather(project_dir: str | Path) -> DoctorFacts:
 
 
 def who_derives(facts: DoctorFacts) -> Deriver:
-    """This machine (a derivation key), the service (signed in, token not refused), or nobody."""
+    """This machine (a derivation key), the service (the local one where it serves, else signed in with a
+    token not refused), or nobody."""
     if facts.derive_key:
         return "this machine"
-    if facts.status.local is not None and not facts.status.local.get("error"):
-        # The local service derives by slot alignment, on this machine, for nothing.
-        return "the service"
+    if facts.serving == "local":
+        # The local service derives by slot alignment, on this machine, for nothing (unless its store is unusable).
+        local = facts.status.local
+        return "the service" if local is None or not local.get("error") else "nobody"
     service = facts.status.service
     if service.url is not None and facts.status.sign_in.token is not None and service.verdict != "refused":
         return "the service"
@@ -247,6 +280,18 @@ def _replay_findings(facts: DoctorFacts, deriver: Deriver) -> list[Finding]:
                 "warning",
                 "the `bir` MCP server is not registered: direct plans are never offered",
                 "bir install --replay",
+            )
+        )
+    for server in facts.status.unwrapped:
+        # §4: a scenario whose steps are all wrapped MCP tools runs direct; one step of an unwrapped server
+        # makes the whole scenario steer (the model makes each call, bir pins it), and divergence cannot run it.
+        out.append(
+            Finding(
+                "servers",
+                "warning",
+                f"{server.name}: not wrapped ({server.why}): every scenario that calls its tools runs in steer mode"
+                " instead of direct, and no step of it runs by itself",
+                server.fix,
             )
         )
     if view.replay and deriver == "nobody":
@@ -293,8 +338,7 @@ def _hook_findings(facts: DoctorFacts) -> list[Finding]:
         if hook.found > 1:
             wrong.append(f"{hook.found} copies")
         if wrong:
-            fix = "bir install --replay --mcp-hooks" if hook.kind == "mcp_tool" else "bir install"
-            out.append(Finding("hooks", "broken", f"{hook.event}: " + "; ".join(wrong), fix))
+            out.append(Finding("hooks", "broken", f"{hook.event}: " + "; ".join(wrong), "bir install"))
     if not out:
         timeouts = ", ".join(f"{h.event} {h.timeout}s" for h in facts.hooks)
         mcp = [h.event for h in facts.hooks if h.kind == "mcp_tool"]
@@ -302,6 +346,17 @@ def _hook_findings(facts: DoctorFacts) -> list[Finding]:
         out.append(
             Finding("hooks", "ok", f"all {len(facts.hooks)} hooks as expected, none async ({timeouts}){through}")
         )
+        tool_commands = [h.event for h in facts.hooks if h.event in api.MCP_HOOK_EVENTS and h.kind == "command"]
+        if tool_commands and facts.hook_style is None:
+            out.append(
+                Finding(
+                    "hooks",
+                    "warning",
+                    f"{', '.join(tool_commands)} run bir-hook, a process per tool call (an older install):"
+                    " installing again makes them mcp_tool hooks on the `bir` server, at about the cost of no hooks",
+                    "bir install",
+                )
+            )
     return out
 
 
@@ -336,13 +391,19 @@ def _server_findings(facts: DoctorFacts) -> list[Finding]:
             continue
         elif name in health.served:
             out.append(Finding("proxies", "ok", f"{name}: proxy alive"))
+        elif name in health.left:
+            out.append(
+                Finding(
+                    "proxies", "ok", f"{name}: its session closed, and its proxy with it (one starts with the next)"
+                )
+            )
         elif name in health.wrapped:
             out.append(
                 Finding(
                     "proxies",
                     "warning",
-                    f"{name}: its proxy registered but stopped polling (dead, or its session ended)",
-                    f"restart the Claude Code session; its log: {status.log}",
+                    f"{name}: its proxy stopped asking for work without saying goodbye (it died, or hangs)",
+                    f"if a Claude Code session is open in this project, restart it; the server's log: {status.log}",
                 )
             )
         else:
@@ -352,8 +413,8 @@ def _server_findings(facts: DoctorFacts) -> list[Finding]:
             Finding(
                 "bir server",
                 "broken",
-                "install registered the `bir` server, but its entry is gone",
-                "bir install --replay",
+                "install registered the `bir` server, but its entry is gone (it carries the tool events' hooks)",
+                "bir install",
             )
         )
     if health is not None and status.replay.replay:
@@ -438,11 +499,23 @@ def _evaluator_findings(facts: DoctorFacts) -> list[Finding]:
     return found
 
 
+def _config_findings(facts: DoctorFacts) -> list[Finding]:
+    return [
+        Finding(
+            "config",
+            "broken",
+            f"{why}: every other bir command refuses to run until it is fixed (this report reads it as unset)",
+            f"unset {name}  (or give it a usable value; `bir config` shows its default)",
+        )
+        for name, why in facts.config_errors
+    ]
+
+
 def diagnose(facts: DoctorFacts) -> Diagnosis:
-    """Every finding about ``facts``, the replay block first."""
+    """Every finding about ``facts``, the replay block first (after any unusable ``BIR_*`` value)."""
     status = facts.status
     deriver = who_derives(facts)
-    findings: list[Finding] = []
+    findings: list[Finding] = _config_findings(facts)
     if status.off.off:
         by = "BIR_OFF=1" if status.off.env else status.off.path
         findings.append(Finding("switches", "warning", f"bir is OFF ({by}): nothing is matched or replayed", "bir on"))
@@ -472,6 +545,7 @@ def render_json(facts: DoctorFacts, diagnosis: Diagnosis) -> dict[str, Any]:
             "minSteerSimilarity": facts.min_steer_similarity,
             "derives": diagnosis.deriver,
         },
+        "serving": facts.serving,
         "broken": diagnosis.broken,
         "findings": [f.to_json() for f in diagnosis.findings],
     }
@@ -530,13 +604,15 @@ def add_parser(sub: Subparsers) -> None:
     )
     project_flag(cmd)
     json_flag(cmd)
-    cmd.set_defaults(run=run)
+    # A bad BIR_* value is one of the doctor's findings, not a refusal to look.
+    cmd.set_defaults(run=run, checks_config=False)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bir doctor``; 1 when something is broken."""
-    log_for_later()
-    facts = asyncio.run(gather(args.project))
+    with for_command(args) as progress:
+        progress("looking at the hooks, the servers, the service and the evaluator…")
+        facts = asyncio.run(gather(args.project))
     diagnosis = diagnose(facts)
     if args.json:
         sys.stdout.write(json.dumps(render_json(facts, diagnosis), indent=2, ensure_ascii=False) + "\n")

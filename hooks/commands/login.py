@@ -1,4 +1,11 @@
-"""``bir login`` and ``bir logout``: the sign-in to the BaseIn service, stored ``0600`` under ``BIR_HOME``."""
+"""``bir login`` and ``bir logout``: the sign-in to the BaseIn service, stored ``0600`` under ``BIR_HOME``.
+
+``bir login`` checks what it is about to store: the URL must answer as the BaseIn service and the
+token must be accepted, or nothing is stored (``--no-check`` stores without asking, and says so). The
+token comes from a prompt without echo, or from stdin: never from the command line, where ``ps`` and
+the shell's history would show it. A control server already running reads the sign-in at its next
+request to the service, so neither a login nor a logout needs a restart.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +17,15 @@ from typing import Final, TextIO
 
 from bir.core import config, credentials
 from bir.core.exits import EXIT_OK, EXIT_USAGE
-from bir.hooks.commands.probes import check_service
-from bir.hooks.commands.result import (
-    CommandError,
-    CommandResult,
-    Subparsers,
-    add_command,
-    json_flag,
-    log_for_later,
-    print_result,
-)
+from bir.hooks.commands.probes import ServiceCheck, check_service
+from bir.hooks.commands.progress import for_command
+from bir.hooks.commands.result import CommandError, CommandResult, Subparsers, add_command, json_flag, print_result
 
 MAX_STDIN_TOKEN_BYTES: Final = 16 * 1024
+EXAMPLE_URL: Final = "https://basein.example.com"
+# Running servers read the stored sign-in at each request to the service.
+PICKED_UP: Final = "Running control servers use it from their next request to the service (no restart)."
+STDIN_WAY: Final = 'printf %s "$BASEIN_TOKEN" | bir login --url "$BASEIN_URL"'
 
 
 def login_url(given: str | None) -> str:
@@ -35,26 +39,49 @@ def login_url(given: str | None) -> str:
         stored = credentials.load()
         url = stored.url if stored is not None else None
     if url is None:
-        raise CommandError(
-            "no service URL: give it with --url (bir login --url https://basein.example.com)", EXIT_USAGE
-        )
+        raise CommandError(f"no service URL: give it with --url (bir login --url {EXAMPLE_URL})", EXIT_USAGE)
     try:
         return credentials.normalize_url(url)
     except ValueError as exc:
-        raise CommandError(f"{exc}; give a URL such as https://basein.example.com", EXIT_USAGE) from None
+        raise CommandError(f"{exc}; give a URL such as {EXAMPLE_URL}", EXIT_USAGE) from None
 
 
-def login(url: str, token: str, verdict: str, detail: str) -> CommandResult:
-    """``bir login``: store the sign-in unless the service refused the token (``verdict`` from ``probes``).
+def refuse_unchecked(url: str, check: ServiceCheck) -> None:
+    """Refuse a sign-in the service did not accept; nothing is stored.
 
     Raises:
-        CommandError: the service refused the token, the token is not usable (usage), or the file cannot be written.
+        CommandError: always, unless ``check`` says the token was accepted.
     """
-    if verdict == "refused":
+    again = f"run `bir login --url {url}` again"
+    if check.verdict == "refused":
         raise CommandError(
-            f"the service at {url} refused this token ({detail}); nothing was stored. "
-            "Get a new token and run `bir login` again"
+            f"the service at {url} refused this token ({check.detail}); nothing was stored. "
+            f"Get a new token and {again}",
+            code="token_refused",
         )
+    if check.verdict == "unreachable":
+        raise CommandError(
+            f"the service at {url} could not be reached ({check.detail}); nothing was stored. "
+            f"Check the URL and the network and {again}, or store it unchecked with --no-check",
+            code="unreachable",
+        )
+    if check.verdict != "accepted":
+        raise CommandError(
+            f"{url} did not answer as the BaseIn service ({check.detail}); nothing was stored. "
+            f"Check the URL and {again}, or store it unchecked with --no-check",
+            code="not_the_service",
+        )
+
+
+def login(url: str, token: str, check: ServiceCheck | None) -> CommandResult:
+    """``bir login``: store the sign-in, the service having accepted the token (``check`` None: not checked).
+
+    Raises:
+        CommandError: the service did not accept the token, the token is not usable (usage), or the file
+            cannot be written.
+    """
+    if check is not None:
+        refuse_unchecked(url, check)
     try:
         saved = credentials.save(url, token)
     except ValueError as exc:
@@ -62,20 +89,21 @@ def login(url: str, token: str, verdict: str, detail: str) -> CommandResult:
     except credentials.CredentialsError as exc:
         raise CommandError(f"{exc}; make {config.home()} writable and run `bir login` again") from exc
     path = credentials.credentials_path()
-    checked = {
-        "accepted": "The service accepted the token.",
-        "unreachable": f"The service could not be reached ({detail}), so the token is not checked yet: "
-        "run `bir status` once it is up.",
-        "unexpected": f"The service answered something unexpected ({detail}), so the token is not checked yet.",
-    }.get(verdict, "")
-    lines = [f"Signed in to {saved.url}. {checked}".rstrip(), f"  Stored in {path} (readable only by you)."]
+    if check is None:
+        head = (
+            f"Stored the sign-in to {saved.url} without checking it (--no-check): bir did not contact the service. "
+            "`bir status` checks it."
+        )
+    else:
+        head = f"Signed in to {saved.url}: the service accepted the token."
+    lines = [head, f"  Stored in {path} (readable only by you). {PICKED_UP}"]
     warnings: list[str] = []
     env_url, env_token = config.get_str("BIR_AUTH_URL"), config.get_str("BIR_TOKEN")
     if env_url and credentials.normalize_url(env_url) != saved.url:
         warnings.append(f"BIR_AUTH_URL in this environment wins over the stored sign-in: {env_url}")
     if env_token:
         warnings.append("BIR_TOKEN in this environment wins over the stored token")
-    data = {"url": saved.url, "stored": str(path), "check": verdict, "detail": detail}
+    data = {"url": saved.url, "stored": str(path), "checked": check is not None}
     return CommandResult("\n".join(lines), data, tuple(warnings), EXIT_OK)
 
 
@@ -89,21 +117,22 @@ def logout() -> CommandResult:
         removed = credentials.remove()
     except credentials.CredentialsError as exc:
         raise CommandError(f"{exc}; remove it by hand") from exc
-    text = "Signed out: the stored sign-in is removed." if removed else "There was no stored sign-in."
+    if removed:
+        text = f"Signed out: the stored sign-in is removed. {PICKED_UP.replace('use it', 'stop using it')}"
+    else:
+        text = "There was no stored sign-in."
     warnings = []
     if config.get_str("BIR_TOKEN") or config.get_str("BIR_AUTH_URL"):
         warnings.append("BIR_AUTH_URL / BIR_TOKEN in this environment still sign in what starts here: unset them")
     return CommandResult(text, {"removed": removed}, tuple(warnings))
 
 
-def read_token(given: str | None, stdin: TextIO) -> str:
-    """The token: ``--token``, else asked for without echo on a TTY, else the first line of stdin.
+def read_token(stdin: TextIO) -> str:
+    """The token: asked for without echo on a TTY, else the first line of stdin.
 
     Raises:
         CommandError: no token came (usage).
     """
-    if given:
-        return given
     try:
         if stdin.isatty():
             token = getpass.getpass("BaseIn token (input hidden): ")
@@ -112,17 +141,25 @@ def read_token(given: str | None, stdin: TextIO) -> str:
     except (EOFError, OSError, ValueError):
         token = ""
     if not token.strip():
-        raise CommandError("no token: give --token T, type it when asked, or pipe it on stdin", EXIT_USAGE)
+        raise CommandError(f"no token: type it when asked, or pipe it on stdin ({STDIN_WAY})", EXIT_USAGE)
     return token.strip()
 
 
 def add_parser(sub: Subparsers) -> None:
     """Register ``bir login`` and ``bir logout``."""
     cmd = add_command(
-        sub, "login", "sign in to the BaseIn service (stored 0600; BIR_AUTH_URL/BIR_TOKEN win)", ["bir login --url URL"]
+        sub,
+        "login",
+        "sign in to the BaseIn service: checks that the URL answers and accepts the token (read from stdin, or"
+        " asked for without echo), then stores it 0600; BIR_AUTH_URL/BIR_TOKEN win",
+        [STDIN_WAY],
     )
     cmd.add_argument("--url", help="the service's base URL (default: BIR_AUTH_URL, else the stored one)")
-    cmd.add_argument("--token", help="the token (default: asked for without echo, or read from stdin)")
+    cmd.add_argument(
+        "--no-check", action="store_true", help="store the sign-in without contacting the service (says so)"
+    )
+    # Refused loudly rather than unknown: an old script's `--token T` learns the way that keeps it out of `ps`.
+    cmd.add_argument("--token", help=argparse.SUPPRESS)
     json_flag(cmd)
     cmd.set_defaults(run=run)
     out = add_command(sub, "logout", "forget the stored sign-in", ["bir logout"])
@@ -131,17 +168,25 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``bir login`` or ``bir logout``; answer its exit status."""
-    log_for_later()
-    try:
-        if args.command == "logout":
-            result = logout()
-        else:
-            url = login_url(args.url)
-            token = read_token(args.token, sys.stdin)
+    """Run ``bir login`` or ``bir logout``; answer its exit status.
+
+    Raises:
+        CommandError: refused (the message says what to do next).
+    """
+    if args.command == "logout":
+        return print_result(logout(), args.json, sys.stdout)
+    if args.token is not None:
+        raise CommandError(
+            "--token puts the token in `ps` and in your shell's history, so bir does not take it: "
+            f"pipe it on stdin ({STDIN_WAY}) or type it when asked",
+            EXIT_USAGE,
+            code="token_on_command_line",
+        )
+    url = login_url(args.url)
+    token = read_token(sys.stdin)
+    check = None
+    if not args.no_check:
+        with for_command(args) as progress:
+            progress(f"checking the token with {url}…")
             check = asyncio.run(check_service(url, token))
-            result = login(url, token, check.verdict, check.detail)
-    except CommandError as exc:
-        sys.stderr.write(f"bir {args.command}: {exc}\n")
-        return exc.exit_code
-    return print_result(result, args.json, sys.stdout)
+    return print_result(login(url, token, check), args.json, sys.stdout)

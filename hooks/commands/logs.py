@@ -17,11 +17,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, TextIO
 
 from bir.core import config
+from bir.core.home_files import open_private
 from bir.core.log import logs_dir
 from bir.core.paths import project_key, resolve_project
+from bir.core.printable import printable
 from bir.hooks.commands.result import Subparsers, add_command, project_flag
 
 MAX_LINES: Final = 10_000
@@ -35,12 +37,17 @@ def project_log(project: str | os.PathLike[str], home: Path | None = None) -> Pa
     return logs_dir(home or config.home()) / f"{project_key(resolve_project(project))}.log"
 
 
+def _open_log(path: Path) -> TextIO:
+    """A log file for reading: never a link, a FIFO or another user's file (``bir.core.home_files``)."""
+    return open(open_private(path, "read"), encoding="utf-8", errors="replace")
+
+
 def last_lines(path: Path, count: int) -> list[str]:
     """The last ``count`` lines of the log, the rotated file's included."""
     kept: deque[str] = deque(maxlen=max(0, min(count, MAX_LINES)))
     for part in (path.with_name(path.name + ".1"), path):
         try:
-            with part.open(encoding="utf-8", errors="replace") as f:
+            with _open_log(part) as f:
                 kept.extend(line.rstrip("\n") for line in f)
         except FileNotFoundError:
             continue
@@ -74,7 +81,7 @@ def follow(path: Path, *, stop: Callable[[], bool] = lambda: False, poll_s: floa
     try:
         # What is there already was shown by ``last_lines``; a file made later is read from its start.
         with contextlib.suppress(FileNotFoundError):
-            handle = path.open(encoding="utf-8", errors="replace")
+            handle = _open_log(path)
             handle.seek(0, os.SEEK_END)
             opened = os.fstat(handle.fileno())
             identity = (opened.st_dev, opened.st_ino)
@@ -89,7 +96,7 @@ def follow(path: Path, *, stop: Callable[[], bool] = lambda: False, poll_s: floa
                     # What the old file got before its rotation still counts.
                     pending += handle.read()
                     handle.close()
-                handle = path.open(encoding="utf-8", errors="replace")
+                handle = _open_log(path)
                 identity = (st.st_dev, st.st_ino)
             if handle is not None:
                 pending += handle.read()
@@ -115,13 +122,14 @@ def run_logs(
     path = project_log(project)
     shown = last_lines(path, lines)
     if not shown and not follow_on:
-        write(f"No log yet for {resolve_project(project)} (looked in {path}). `bir up` starts its control server.")
+        if not as_json:  # the log's own JSON lines, and there are none
+            write(f"No log yet for {resolve_project(project)} (looked in {path}). `bir up` starts its control server.")
         return 0
     for line in shown:
-        write(line if as_json else human(line))
+        write(printable(line if as_json else human(line)))
     if follow_on:
         for line in follow(path, stop=stop):
-            write(line if as_json else human(line))
+            write(printable(line if as_json else human(line)))
     return 0
 
 
@@ -131,11 +139,11 @@ def add_parser(sub: Subparsers) -> None:
         sub,
         "logs",
         "the project's control-server log, readable (JSON lines with --json)",
-        ["bir logs -f", "bir logs -n 200 --json | jq .event"],
+        ["bir logs -n 20", "bir logs -f"],
     )
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
     logs.add_argument("-n", "--lines", type=int, default=50, help="how many of the last lines (default: 50)")
-    logs.add_argument("--json", action="store_true", help="the JSON lines as they are")
+    logs.add_argument("--json", action="store_true", help="the log's own JSON lines as they are, one object a line")
     project_flag(logs)
     logs.set_defaults(run=run)
 

@@ -6,15 +6,18 @@ refused token is an answer, put in the returned value for the pure parts to judg
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from bir.core import config
+from bir.core import config, credentials
 from bir.core.service import ServiceClient, ServiceError
+from bir.core.urls import display_url
 from bir.hooks import api
 from bir.hooks.control_client import ControlClient, ControlError
 from bir.hooks.discovery import Discovery, read_discovery
+from bir.hooks.local import wants_local
 
 HEALTH_TIMEOUT_S: Final = 2.0
 SERVICE_CHECK_TIMEOUT_S: Final = 3.0
@@ -24,6 +27,19 @@ PROBE_SCENARIO_ID: Final = "scn_bir_sign_in_check"
 MAX_HEALTH_BYTES: Final = 64 * 1024
 
 Verdict = Literal["accepted", "refused", "unreachable", "unexpected", "unconfigured"]
+# Who serves this machine's sessions: matching, recording, derivation and booking.
+Serving = Literal["remote", "local", "none"]
+
+
+def serving(sign_in: credentials.Effective) -> Serving:
+    """Which service answers the sessions here: the local service where it is the one in use (no service
+    configured, or ``BIR_SERVICE=local``: ``bir.hooks.local.wants_local``), else the BaseIn service at the URL
+    in effect, else none. ``bir doctor`` judges being signed out by it: signed out is not "broken" where the
+    local service serves.
+    """
+    if wants_local():
+        return "local"
+    return "remote" if sign_in.url else "none"
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,11 @@ async def control_facts(project: Path, timeout_s: float = HEALTH_TIMEOUT_S) -> C
 
 
 async def check_service(url: str | None, token: str | None, timeout_s: float = SERVICE_CHECK_TIMEOUT_S) -> ServiceCheck:
-    """Whether the service at ``url`` answers and accepts ``token``.
+    """Whether the service at ``url`` answers as the BaseIn service and accepts ``token``.
+
+    Only the service's own answer counts as accepted: a JSON object, for the scenario or for its
+    absence (404, "not yours or not there"). Any other server at that URL (a web page's 404, a proxy's
+    error) is ``unexpected``, never a sign-in.
 
     Raises:
         ConfigError: ``BIR_SERVICE_TIMEOUT_MS`` holds an unusable value.
@@ -66,15 +86,24 @@ async def check_service(url: str | None, token: str | None, timeout_s: float = S
     if not url:
         return ServiceCheck("unconfigured", None, "no service URL: run `bir login --url URL`")
     timeout_s = min(timeout_s, config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000)
+    shown = display_url(url.rstrip("/"))
     async with ServiceClient(url, token or "", timeout_s=timeout_s) as service:
         try:
-            await service.get_scenario(PROBE_SCENARIO_ID)
+            status, body = await service.request("GET", f"/scenarios/{PROBE_SCENARIO_ID}", route="sign_in_check")
         except ServiceError as exc:
-            if exc.status in (200, 404):  # 200 but not a scenario: still signed in
-                return ServiceCheck("accepted", service.base_url)
-            if exc.status in (401, 403):
-                return ServiceCheck("refused", service.base_url, f"HTTP {exc.status}")
             if exc.kind in ("unreachable", "timeout"):
-                return ServiceCheck("unreachable", service.base_url, str(exc))
-            return ServiceCheck("unexpected", service.base_url, str(exc))
-    return ServiceCheck("accepted", service.base_url)
+                return ServiceCheck("unreachable", shown, str(exc))
+            return ServiceCheck("unexpected", shown, str(exc))
+        if status in (401, 403):
+            return ServiceCheck("refused", shown, f"HTTP {status}")
+        if status in (200, 404) and _is_object(body):
+            return ServiceCheck("accepted", shown)
+        what = "a JSON object" if _is_object(body) else "not the BaseIn service's JSON"
+        return ServiceCheck("unexpected", shown, f"HTTP {status}, {what}")
+
+
+def _is_object(body: bytes) -> bool:
+    try:
+        return isinstance(json.loads(body), dict)
+    except (ValueError, RecursionError):
+        return False

@@ -1,8 +1,10 @@
 """What every operator command shares: its result for a person or for ``--json``, its refusal, its help.
 
 A command returns a ``CommandResult`` (sentences for a person, a plain object for ``--json``) or raises
-``CommandError``, whose message says what to do next. Its log lines go to ``<BIR_HOME>/logs/bir.log``:
-a command talks, and what it logs is for later.
+``CommandError``, whose message says what to do next; ``bir.cli`` prints either the way the command
+line asked (``--json``: one document on stdout, ``{"error": …, "message": …}`` for a refusal). Its log
+lines go to ``<BIR_HOME>/logs/bir.log`` (``--verbose``: stderr): a command talks, and what it logs is
+for later.
 """
 
 from __future__ import annotations
@@ -27,25 +29,39 @@ else:
 EXIT_CODES: Final = f"""exit codes:
   {EXIT_OK}    ok
   {EXIT_FAILED}    refused or failed (the message says what to do next)
-  {EXIT_USAGE}    usage: a bad option or BIR_* value"""
+  {EXIT_USAGE}    usage: a bad option or BIR_* value
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 CHECK_EXIT_CODES: Final = f"""exit codes:
   {EXIT_OK}    ok
   {EXIT_FAILED}    something is broken (each finding says what fixes it)
-  {EXIT_USAGE}    usage: a bad option or BIR_* value"""
+  {EXIT_USAGE}    usage: a bad option or BIR_* value
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 REPLAY_EXIT_CODES: Final = f"""exit codes:
   {EXIT_OK}    ok
   {EXIT_FAILED}    the run stopped, was refused, or failed
   {EXIT_USAGE}    usage: a bad option, scenario or BIR_* value
   {EXIT_MISSING_TARGET}    a target parameter has no value
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
+BENCH_EXIT_CODES: Final = f"""exit codes:
+  {EXIT_OK}    measured (whether or not the goals were met)
+  {EXIT_FAILED}    could not measure, or (--scenario) a body could not be timed: no limit is suggested
+  {EXIT_USAGE}    usage: a bad option, scenario or BIR_* value
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
+# The ``error`` of the JSON document a refusal prints, by exit status, unless the refusal names its own.
+_ERROR_CODES: Final = {EXIT_USAGE: "usage", EXIT_MISSING_TARGET: "missing_target", EXIT_INTERRUPTED: "interrupted"}
 
 
 class CommandError(Exception):
-    """A command refused or failed; the message is for a person and says what to do next."""
+    """A command refused or failed; the message is for a person and says what to do next.
 
-    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+    ``code`` is the ``error`` field of the ``--json`` document (by default from ``exit_code``:
+    ``usage``, else ``failed``).
+    """
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED, code: str | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.code = code or _ERROR_CODES.get(exit_code, "failed")
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ class CommandResult:
 def print_result(result: CommandResult, as_json: bool, out: TextIO) -> int:
     """Write ``result`` (one JSON document with ``as_json``) and answer its exit status."""
     if as_json:
-        out.write(json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n")
+        write_json(result.to_json(), out)
         return result.exit_code
     colour = wants_colour(out)
     out.write(result.text + "\n")
@@ -73,10 +89,23 @@ def print_result(result: CommandResult, as_json: bool, out: TextIO) -> int:
     return result.exit_code
 
 
-def log_for_later() -> None:
-    """Send this command's log lines (a refused request, …) to ``<BIR_HOME>/logs/bir.log``, not the screen."""
+def write_json(document: Mapping[str, Any], out: TextIO) -> None:
+    """The one JSON document a ``--json`` command prints."""
+    out.write(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def print_refusal(name: str, code: str, message: str, *, as_json: bool, out: TextIO, err: TextIO) -> None:
+    """A refusal: ``{"error": code, "message": …}`` on ``out`` with ``as_json``, else ``name: message`` on ``err``."""
+    if as_json:
+        write_json({"error": code, "message": message}, out)
+    else:
+        err.write(f"{name}: {message}\n")
+
+
+def log_for_later(name: str = "bir.log") -> None:
+    """Send this command's log lines (a refused request, …) to ``<BIR_HOME>/logs/<name>``, not the screen."""
     with contextlib.suppress(OSError):
-        log_to_file(logs_dir(config.home()) / "bir.log")
+        log_to_file(logs_dir(config.home()) / name)
 
 
 def add_command(
@@ -92,6 +121,8 @@ def add_command(
         epilog=f"{label}:\n{shown}\n\n{codes}\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # What a refusal or a usage error calls the command ("bir bench eval", "bir login"), and whose usage it shows.
+    parser.set_defaults(command_name=parser.prog, command_parser=parser)
     return parser
 
 
@@ -99,5 +130,12 @@ def project_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", default=".", help="the project directory (default: the working directory)")
 
 
-def json_flag(parser: argparse.ArgumentParser, helptext: str = "print one JSON document") -> None:
+def json_flag(parser: argparse.ArgumentParser, helptext: str = "print one JSON document and nothing else") -> None:
+    """``--json`` and ``--verbose``: with ``--json`` nothing but the document is written, unless ``--verbose``
+    sends the log lines to stderr."""
     parser.add_argument("--json", action="store_true", help=helptext)
+    verbose_flag(parser)
+
+
+def verbose_flag(parser: argparse.ArgumentParser, log: str = "bir.log") -> None:
+    parser.add_argument("--verbose", action="store_true", help=f"log lines on stderr instead of <BIR_HOME>/logs/{log}")

@@ -26,13 +26,24 @@ import anyio
 
 from bir.core import config, installed
 from bir.core.errors import LogicError
-from bir.core.exits import EXIT_FAILED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_USAGE
+from bir.core.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_USAGE
 from bir.core.log import log_to_file, logs_dir, set_stream
 from bir.core.paths import resolve_project
 from bir.core.scenario_api import EDIT_PREFIX, RUN_PREFIX, SCENARIO_PREFIX, Reply, ScenarioApi
 from bir.core.service import ServiceClient, ServiceError
 from bir.core.truncate import one_line
-from bir.hooks.commands.replay import run_plan
+from bir.hooks.commands import scenario_store
+from bir.hooks.commands.progress import for_command
+from bir.hooks.commands.replay import plan_flags, run_plan
+from bir.hooks.commands.result import (
+    REPLAY_EXIT_CODES,
+    CommandError,
+    add_command,
+    log_for_later,
+    print_result,
+    project_flag,
+    verbose_flag,
+)
 from bir.hooks.commands.scenario_render import (
     Style,
     dry_replay_sentence,
@@ -51,23 +62,42 @@ from bir.hooks.local.store import StoreError
 MAX_LOGIC_BYTES: Final = 256 * 1024
 _FIX_LOGIN: Final = "sign in again with `bir login`, or set BIR_TOKEN"
 
-EXAMPLES: Final = {
-    "list": "example:\n  bir scenario list",
-    "match": 'examples:\n  bir scenario match "list the open incidents for fleet us-east"\n'
-    '  bir scenario match "show device #4513" --json',
-    "forget": "example:\n  bir scenario forget scn_8f2c",
-    "show": "examples:\n  bir scenario show run_8f2c\n  bir scenario show scn_41d0 --step 2 --json",
-    "calc": "examples:\n  bir scenario calc run_8f2c\n  bir scenario calc scn_41d0 --force --discard-edits",
-    "replay": 'examples:\n  bir scenario replay scn_41d0 --prompt "find the riskiest device in eu-west-1" --dry\n'
-    '  bir scenario replay scn_41d0 --prompt "the same for us-east-2" --param region=us-east-2',
-    "check": "example:\n  bir scenario check scn_41d0 --step 1 --input-logic step1.js",
-    "edit": "example:\n  bir scenario edit scn_41d0 --step 1 --output-logic - --revision 7 < out.js",
-    "edits": "example:\n  bir scenario edits scn_41d0",
-    "undo": "examples:\n  bir scenario undo scn_41d0 --step 1\n  bir scenario undo scn_41d0 --edit sedit_12",
-    "editing": "example:\n  bir scenario editing on",
-    "investigate": "example:\n  bir investigate scn_41d0",
+# The ids are those of one run of the packaged fleet-direct scenario (`bir replay --list`), run_fleet, whose
+# scenario is scn_fleet: on the BaseIn service, or (match, forget) in the local store.
+_LIMIT_5: Final = "echo 'return { region: params.region, limit: 5 };'"
+EXAMPLES: Final[dict[str, tuple[str, ...]]] = {
+    "list": ("bir scenario list",),
+    "match": (
+        'bir scenario match "find the riskiest device in us-east-1"',
+        'bir scenario match "find the riskiest device in sa-east-1" --json',
+    ),
+    "forget": ("bir scenario forget scn_fleet",),
+    "export": ("bir scenario export bir-store.json", "bir scenario export bir-store.json --force --json"),
+    "import": ("bir scenario import bir-store.json",),
+    "show": ("bir scenario show run_fleet", "bir scenario show scn_fleet --step 1 --json"),
+    "calc": ("bir scenario calc run_fleet",),
+    "replay": (
+        'bir scenario replay scn_fleet --prompt "find the riskiest device in eu-west-1" --dry',
+        'bir scenario replay scn_fleet --prompt "the same for us-east-1" --param region=us-east-1 '
+        "--wrap fleet='python -m bir.examples.fleet_server'",
+    ),
+    "check": (f"{_LIMIT_5} | bir scenario check scn_fleet --step 0 --input-logic -",),
+    "edit": (f"{_LIMIT_5} | bir scenario edit scn_fleet --step 0 --input-logic -",),
+    "edits": ("bir scenario edits scn_fleet",),
+    "undo": ("bir scenario undo scn_fleet --step 0",),
+    "editing": ("bir scenario editing on",),
+    "investigate": ("bir investigate scn_fleet",),
 }
-EXIT_CODES: Final = "exit codes: 0 checked OK, saved or undone; 1 refused, not found, or a service error; 2 usage"
+EXIT_CODES: Final = f"""exit codes:
+  {EXIT_OK}    checked OK, saved or undone
+  {EXIT_FAILED}    refused, not found, or a service error (the message says what to do next)
+  {EXIT_USAGE}    usage: a bad option or BIR_* value (nothing was sent)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
+# Without --dry, `bir scenario replay` is `bir replay`: its exit codes, plus --dry's own.
+REPLAY_CODES: Final = REPLAY_EXIT_CODES.replace(
+    "the run stopped, was refused, or failed",
+    "the run (or --dry, the service's dry replay) stopped, was refused, or failed",
+)
 
 
 class UsageError(ValueError):
@@ -86,18 +116,14 @@ class Stop(Exception):
 
 
 def _sub(sub: Any, name: str, helptext: str) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        name,
-        help=helptext,
-        description=helptext,
-        epilog=f"{EXAMPLES[name]}\n\n{EXIT_CODES}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    codes = REPLAY_CODES if name == "replay" else EXIT_CODES
+    parser = add_command(sub, name, helptext, EXAMPLES[name], codes)
     return parser
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the service's answer unchanged")
+    verbose_flag(parser, "scenario.log")
 
 
 def _logic_flags(parser: argparse.ArgumentParser) -> None:
@@ -109,12 +135,12 @@ def _logic_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(sub: Any) -> None:
     """Register ``bir scenario …`` and ``bir investigate`` on the CLI's subparsers."""
-    top = sub.add_parser(
+    top = add_command(
+        sub,
         "scenario",
-        help="read, recalculate, replay and hand-edit scenarios on the service",
-        description="Thin clients over the BaseIn service's scenario routes (owner only).",
-        epilog=f"examples:\n  bir scenario list\n  bir scenario show run_8f2c --step 1\n\n{EXIT_CODES}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "read, recalculate, replay and hand-edit scenarios on the service (owner only)",
+        ("bir scenario list", "bir scenario show run_fleet --step 1"),
+        EXIT_CODES,
     )
     cmds = top.add_subparsers(dest="scenario_command", required=True)
     _json_flag(_sub(cmds, "list", "recorded runs, their iterations and scenario state"))
@@ -132,21 +158,12 @@ def add_parser(sub: Any) -> None:
         "replay",
         "run a scenario's plan (bir replay --scenario); with --dry, the service's dry replay on the recorded outputs",
     )
-    rp.add_argument("scenario", help="a scn_ id (or, without --dry, a scenario file)")
+    rp.add_argument("scenario", help="a scn_ id (or, without --dry, a scenario file or a packaged name)")
     rp.add_argument("--prompt", required=True, help="the request the scenario is replayed for")
-    rp.add_argument("--param", action="append", metavar="NAME=VALUE", help="a parameter value (wins over derivation)")
-    rp.add_argument("--wrap", action="append", metavar="NAME=COMMAND", help="with no control server: wrap this server")
-    rp.add_argument(
-        "--dry",
-        action="store_true",
-        help="the service's dry replay (POST /scenarios/:id/replay): the stored logic over the source run's"
-        " recorded outputs; no tool runs, nothing is written",
-    )
-    rp.add_argument(
-        "--json", action="store_true", help="one JSON document on stdout (--dry: the service's answer unchanged)"
-    )
-    rp.add_argument("--verbose", action="store_true", help="log lines on stderr instead of <BIR_HOME>/logs/replay.log")
-    rp.add_argument("--project", default=".", help="the project directory (default: the working directory)")
+    # --dry here is the service's dry replay (POST /scenarios/:id/replay): the stored logic over the source
+    # run's recorded outputs; no tool runs, nothing is written. The rest is bir replay's.
+    plan_flags(rp, dry_help="the service's dry replay: the stored logic over the source run's recorded outputs")
+    project_flag(rp)
     check = _sub(cmds, "check", "try a change to a step against the recording; writes nothing")
     check.add_argument("target", help="a run_ or scn_ id")
     _logic_flags(check)
@@ -177,11 +194,21 @@ def add_parser(sub: Any) -> None:
     forget = _sub(cmds, "forget", "forget a local scenario (or run): it, its runs, edits and open tickets")
     forget.add_argument("target", help="a scn_ or run_ id")
     _json_flag(forget)
+    exporting = _sub(
+        cmds, "export", "write the local store (runs, scenarios, edits, bookings) to FILE as one JSON document"
+    )
+    exporting.add_argument("file", type=Path, help="the file to write (0600; it holds your prompts and tool outputs)")
+    exporting.add_argument("--force", action="store_true", help="replace FILE when it exists")
+    exporting.add_argument("--json", action="store_true", help="print one JSON document: the file, its size, its rows")
+    importing = _sub(cmds, "import", "add what an exported store holds to the local store (rows it has are kept)")
+    importing.add_argument("file", type=Path, help="a file `bir scenario export` wrote")
+    importing.add_argument("--json", action="store_true", help="print one JSON document: the rows added and kept")
     editing = _sub(cmds, "editing", "which scenario tools the bir MCP server offers in this project")
     editing.add_argument("switch", choices=("on", "off", "status"))
     editing.add_argument("--project", default=".", help="the project directory (default: the working directory)")
     _json_flag(editing)
     inv = _sub(sub, "investigate", "a scenario's state, its marked steps, and every save or undo that was forced")
+    inv.set_defaults(command_name="bir investigate")
     inv.add_argument("target", help="a run_ or scn_ id")
     _json_flag(inv)
     top.set_defaults(run=run)
@@ -198,12 +225,22 @@ class _Io:
     as_json: bool
     style: Style
     name: str
+    verbose: bool = False
 
     def say(self, text: str) -> None:
         self.out.write(text + "\n")
 
     def warn(self, text: str) -> None:
+        """Words for a person on stderr; with ``--json`` the document carries them (``--verbose``: both)."""
+        if self.as_json and not self.verbose:
+            return
         self.err.write(f"{self.name}: {text}\n")
+
+    def refuse(self, code: str, text: str) -> None:
+        """A refusal of our own: its document with ``--json``, and its words."""
+        if self.as_json:
+            self.json_doc({"error": code, "message": text})
+        self.warn(text)
 
     def body(self, reply: Reply) -> None:
         """``--json``: the service's body unchanged, or our own error document when it is not JSON."""
@@ -224,24 +261,30 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     out = out or sys.stdout
     err = err or sys.stderr
     name = "bir investigate" if args.command == "investigate" else f"bir scenario {args.scenario_command}"
-    io = _Io(out, err, bool(getattr(args, "json", False)), Style(wants_colour(out)), name)
+    verbose = bool(getattr(args, "verbose", False))
+    io = _Io(out, err, bool(getattr(args, "json", False)), Style(wants_colour(out)), name, verbose)
     try:
         if args.command == "scenario" and args.scenario_command == "editing":
             return _editing(args, io)
-        if getattr(args, "verbose", False):
+        if args.command == "scenario" and args.scenario_command in ("export", "import"):
+            log_for_later()
+            return _store_file(args, out, err)
+        if verbose:
             set_stream(err)
         else:
             log_to_file(logs_dir(config.home()) / "scenario.log")
     except UsageError as exc:
-        io.warn(str(exc))
+        io.refuse("usage", str(exc))
         return EXIT_USAGE
     except (OSError, installed.StoreError) as exc:
-        io.warn(f"cannot write under {config.home()}: {exc}")
+        io.refuse("cannot_write", f"cannot write under {config.home()}: {exc}")
         return EXIT_FAILED
     try:
-        return anyio.run(_run, args, io)
+        with for_command(args) as progress:
+            progress("asking the service…")
+            return anyio.run(_run, args, io)
     except UsageError as exc:
-        io.warn(f"{exc} (nothing was sent)")
+        io.refuse("usage", f"{exc} (nothing was sent)")
         return EXIT_USAGE
     except Stop as stop:
         return stop.code
@@ -273,7 +316,10 @@ async def _run(args: argparse.Namespace, io: _Io) -> int:
 async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
     """``bir scenario match`` and ``forget``: they read the local store itself (a remote service has neither)."""
     if not wants_local():
-        io.warn("this machine uses a remote service; match and forget work on the local one (BIR_SERVICE=local)")
+        io.refuse(
+            "remote_service",
+            "this machine uses a remote service; match and forget work on the local one (BIR_SERVICE=local)",
+        )
         return EXIT_FAILED
     try:
         async with open_local_service(
@@ -290,7 +336,7 @@ async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
                 return EXIT_OK if removed else EXIT_FAILED
             found = await local.service.explain(args.prompt)
     except StoreError as exc:
-        io.warn(str(exc))
+        io.refuse("store_unusable", str(exc))
         return EXIT_FAILED
     if io.as_json:
         io.json_doc(found)
@@ -307,6 +353,22 @@ async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
             score = "" if near["score"] is None else f" {near['score']}"
             io.say(f"  {near['scenarioId']} ({near['rule']}{score}): {near['why']}")
     return EXIT_OK if found["matched"] else EXIT_FAILED
+
+
+def _store_file(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``bir scenario export|import FILE``: the local store's own file work, no service involved."""
+    try:
+        if args.scenario_command == "export":
+            result = scenario_store.export_store(args.file.expanduser(), force=args.force)
+        else:
+            result = scenario_store.import_store(args.file.expanduser())
+    except CommandError as exc:
+        if args.json:
+            code = "usage" if exc.exit_code == EXIT_USAGE else "refused"
+            out.write(json.dumps({"error": code, "message": str(exc)}, ensure_ascii=False) + "\n")
+        err.write(f"bir scenario {args.scenario_command}: {exc}\n")
+        return exc.exit_code
+    return print_result(result, args.json, out)
 
 
 # --- the service's answers in words -------------------------------------------------------------------
@@ -506,8 +568,9 @@ def _dry_replay_params(args: argparse.Namespace) -> dict[str, object]:
         )
     if not args.prompt.strip():
         raise UsageError('--prompt needs the request to replay, e.g. --prompt "find the riskiest device"')
-    if args.wrap:
-        raise UsageError("--wrap has no use with --dry: the service's dry replay runs no tool")
+    if args.wrap or args.partial:
+        flag = "--wrap" if args.wrap else "--partial"
+        raise UsageError(f"{flag} has no use with --dry: the service's dry replay runs no tool")
     # Imported here: the parser is built for every `bir` command, and replay_cmd brings the control server.
     from bir.hooks.replay.command import ReplayUsageError, parse_param
 
@@ -806,7 +869,7 @@ def _editing(args: argparse.Namespace, io: _Io) -> int:
     current = installed.project(project)
     if args.switch != "status":
         if current is None:
-            io.warn(f"bir is not installed in {project}: run `bir install --replay` there first")
+            io.refuse("not_installed", f"bir is not installed in {project}: run `bir install --replay` there first")
             return EXIT_FAILED
         current = installed.update(project, editing=args.switch == "on")
     editing = current is not None and current.editing

@@ -1,7 +1,9 @@
 """``bir stats [--project DIR] [--json]``: what the local service's scenarios saved (issue 18 item 6).
 
-Per scenario: its runs, its hits, the outcomes its replays were booked as, and the dollars and seconds
-saved against the recorded run's own cost; then the totals and how full the store is. Only the local
+Per scenario: its runs, its hits, the outcomes its replays were booked as, and the tokens, dollars and
+seconds saved against the recorded run's own cost; then the totals and how full the store is. Tokens
+are counted where both the recorded run and the replay's report carry their usage (a report from before
+reports carried it has none: its tokens are "not known", its dollars and seconds still count). Only the local
 service keeps these figures here; with a remote service the command says so.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from bir.core import config
 from bir.core.exits import EXIT_FAILED, EXIT_OK
@@ -22,12 +25,21 @@ def add_parser(sub: Subparsers) -> None:
     stats = add_command(
         sub,
         "stats",
-        "what the local service's scenarios saved: runs, hits, outcomes, dollars and seconds",
+        "what the local service's scenarios saved: runs, hits, outcomes, tokens, dollars and seconds",
         ["bir stats", "bir stats --project ~/src/app --json"],
     )
     stats.add_argument("--project", help="only this project's scenarios (default: every project's)")
     json_flag(stats)
     stats.set_defaults(run=run)
+
+
+def _tokens(line: dict[str, Any]) -> str:
+    saved, counted, replays = line["savedTokens"], line["tokenReplays"], line["replays"]
+    if saved is None:
+        return "tokens not known"
+    if counted < replays:
+        return f"{saved:,} tokens (over {counted} of {replays} replays: the others' reports carry no usage)"
+    return f"{saved:,} tokens"
 
 
 def _text(data: dict[str, object]) -> str:
@@ -40,9 +52,9 @@ def _text(data: dict[str, object]) -> str:
         mix = ", ".join(f"{n} {outcome}" for outcome, n in sorted(row["outcomes"].items())) or "no replays"
         lines.append(
             f"  {row['scenarioId']} ({row['state']}) {row['intent'][:70]!r}: {row['hits']} hits ({mix}); "
-            f"saved ${row['savedUsd']:.4f}, {row['savedSeconds']:.1f} s"
+            f"saved {_tokens(row)}, ${row['savedUsd']:.4f}, {row['savedSeconds']:.1f} s"
         )
-    lines.append(f"saved in all: ${totals['savedUsd']:.4f} and {totals['savedSeconds']:.1f} s")
+    lines.append(f"saved in all: {_tokens(totals)}, ${totals['savedUsd']:.4f} and {totals['savedSeconds']:.1f} s")
     if totals.get("modelCalls"):
         lines.append(f"model pass: {totals['modelCalls']} calls, ${totals['modelCostUsd']:.4f}")
     store = data["store"]
@@ -53,6 +65,7 @@ def _text(data: dict[str, object]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bir stats``."""
+    from bir.hooks.local.booking import totals
     from bir.hooks.local.runtime import stats_of
     from bir.hooks.local.store import Store, StoreError, default_path
 
@@ -66,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         data: dict[str, object] = {
             "scenarios": [],
-            "totals": {"scenarios": 0, "hits": 0, "replays": 0, "savedUsd": 0.0, "savedTokens": 0, "savedSeconds": 0.0},
+            "totals": totals([]),
             "store": {"runs": 0, "ready": 0, "bytes": 0},
         }
     else:

@@ -9,23 +9,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 
 from bir.core import credentials, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.off_switch import OffState, read_off
 from bir.core.paths import resolve_project
+from bir.core.urls import display_url
+from bir.hooks import api
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service, control_facts
-from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, log_for_later, project_flag
+from bir.hooks.commands.progress import for_command
+from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag, write_json
 from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
 from bir.hooks.commands.term import ago, paint, wants_colour
+from bir.hooks.discovery import Discovery, all_discoveries
 from bir.hooks.local import store_summary, wants_local
+from bir.hooks.wiring import Unwrapped, unwrapped_servers
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class StatusFacts:
     log: str
     # The local service's store when it is the service in use (no service configured, or BIR_SERVICE=local).
     local: dict[str, Any] | None = None
+    # The project's MCP servers no bir-proxy wraps (their scenarios steer instead of running direct).
+    unwrapped: tuple[Unwrapped, ...] = ()
 
 
 async def gather(project_dir: str | Path) -> StatusFacts:
@@ -63,6 +71,7 @@ async def gather(project_dir: str | Path) -> StatusFacts:
         service=await check_service(sign_in.url, sign_in.token),
         log=str(server_log(project)),
         local=await anyio.to_thread.run_sync(store_summary) if wants_local() else None,
+        unwrapped=tuple(unwrapped_servers(project)) if switches is not None else (),
     )
 
 
@@ -113,6 +122,7 @@ def _control_json(control: ControlFacts) -> dict[str, Any] | None:
         replay=health.replay,
         wrapped=health.wrapped,
         served=health.served,
+        left=health.left,
         service=health.service,
         serviceCoolingMs=health.service_cooling_ms,
         lastHello=None
@@ -140,12 +150,13 @@ def render_json(facts: StatusFacts) -> dict[str, Any]:
         "service": {
             "kind": "local" if facts.local is not None else "remote",
             "local": facts.local,
-            "url": facts.sign_in.url,
+            "url": None if facts.sign_in.url is None else display_url(facts.sign_in.url),
             "urlFrom": facts.sign_in.url_from,
             "tokenFrom": facts.sign_in.token_from,
             "check": facts.service.verdict,
             "detail": facts.service.detail,
         },
+        "unwrapped": [{"name": u.name, "why": u.why, "fix": u.fix} for u in facts.unwrapped],
         "problems": [{"what": p.what, "fix": p.fix} for p in assess(facts)],
     }
 
@@ -181,6 +192,14 @@ def _service_line(facts: StatusFacts, colour: bool) -> str:
     return f"service:  {words[check.verdict]} — {where}"
 
 
+def _proxy_state(name: str, health: api.Health, colour: bool) -> str:
+    if name in health.served:
+        return "live"
+    if name in health.left:
+        return "none (its session closed)"
+    return paint("no proxy", "yellow", colour)
+
+
 def _control_lines(facts: StatusFacts, colour: bool) -> list[str]:
     control = facts.control
     if control.discovery is None:
@@ -198,7 +217,7 @@ def _control_lines(facts: StatusFacts, colour: bool) -> list[str]:
     ]
     names = sorted(set(health.wrapped) | set(facts.replay.wrapped))
     if names:
-        states = [f"{n} {'live' if n in health.served else paint('no proxy', 'yellow', colour)}" for n in names]
+        states = [f"{n} {_proxy_state(n, health, colour)}" for n in names]
         lines.append("proxies:  " + ", ".join(states))
     else:
         lines.append("proxies:  none registered yet (they start with a Claude Code session)")
@@ -225,9 +244,83 @@ def render_text(facts: StatusFacts, colour: bool = False) -> str:
         lines.append("installed: yes")
         lines.append(f"replay:   {replay}; bir may call by itself: {describe_allow(view.allow)}")
     lines += _control_lines(facts, colour)
+    for server in facts.unwrapped:
+        fix = f" — {server.fix}" if server.fix else ""
+        lines.append(f"unwrapped: {server.name} ({server.why}): its scenarios steer, never run direct{fix}")
     lines.append(_service_line(facts, colour))
     for problem in assess(facts):
         lines.append(paint("problem: ", "red", colour) + f"{problem.what} — fix: {problem.fix}")
+    return "\n".join(lines)
+
+
+# -- bir status --all -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerRow:
+    """One project's running control server, as ``bir status --all`` lists it."""
+
+    discovery: Discovery
+    uptime_ms: int
+    rss_bytes: int | None  # the server and its children (the evaluator's workers); None: not readable
+    workers: int
+
+    def to_json(self) -> dict[str, Any]:
+        found = self.discovery
+        return {
+            "project": found.project,
+            "pid": found.pid,
+            "url": found.url,
+            "version": found.version,
+            "uptimeMs": self.uptime_ms,
+            "rssBytes": self.rss_bytes,
+            "children": self.workers,
+        }
+
+
+def _memory(pid: int) -> tuple[int | None, int]:
+    """The resident memory of ``pid`` and all its descendants, and how many descendants there are."""
+    try:
+        process = psutil.Process(pid)
+        family = [process, *process.children(recursive=True)]
+    except (psutil.Error, OSError):
+        return None, 0
+    total = 0
+    for member in family:
+        try:
+            total += member.memory_info().rss
+        except (psutil.Error, OSError):
+            continue
+    return total, len(family) - 1
+
+
+def every_server(now_ms: int | None = None) -> list[ServerRow]:
+    """Every project's live control server under ``BIR_HOME``, oldest first."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    rows = []
+    for found in all_discoveries():
+        rss, children = _memory(found.pid)
+        rows.append(ServerRow(found, max(0, now - found.started_at), rss, children))
+    return rows
+
+
+def _megabytes(size: int | None) -> str:
+    return "RSS unknown" if size is None else f"RSS {size / (1024 * 1024):.0f} MB"
+
+
+def render_all(rows: list[ServerRow]) -> str:
+    """``bir status --all`` for a person."""
+    if not rows:
+        return "No control server is running."
+    total = sum(r.rss_bytes or 0 for r in rows)
+    lines = [f"{len(rows)} control server{'s' if len(rows) != 1 else ''} running ({_megabytes(total)} in all):"]
+    for row in rows:
+        found = row.discovery
+        lines.append(
+            f"  {found.project}: pid {found.pid}, up {ago(row.uptime_ms)}, {_megabytes(row.rss_bytes)}"
+            f" (with {row.workers} child process{'es' if row.workers != 1 else ''}), {found.url}"
+        )
+    lines.append("  To stop one: bir down --project DIR; all of them: bir down --all")
     return "\n".join(lines)
 
 
@@ -236,22 +329,34 @@ def add_parser(sub: Subparsers) -> None:
     cmd = add_command(
         sub,
         "status",
-        "one screen: installed, replay, control server, proxies, the bir server, the service",
-        ["bir status", "bir status --project ~/src/app --json"],
+        "one screen: installed, replay, control server, proxies, the bir server, the service"
+        " (--all: every project's control server)",
+        ["bir status", "bir status --project ~/src/app --json", "bir status --all"],
         CHECK_EXIT_CODES,
     )
     project_flag(cmd)
+    cmd.add_argument(
+        "--all", action="store_true", help="every project's running control server, with its memory and uptime"
+    )
     json_flag(cmd)
     cmd.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bir status``; 1 when something is broken."""
-    log_for_later()
-    facts = asyncio.run(gather(args.project))
+    if args.all:
+        rows = every_server()
+        if args.json:
+            write_json({"servers": [row.to_json() for row in rows]}, sys.stdout)
+        else:
+            sys.stdout.write(render_all(rows) + "\n")
+        return EXIT_OK
+    with for_command(args) as progress:
+        progress("asking the control server and the service…")
+        facts = asyncio.run(gather(args.project))
     broken = bool(assess(facts))
     if args.json:
-        sys.stdout.write(json.dumps(render_json(facts), indent=2, ensure_ascii=False) + "\n")
+        write_json(render_json(facts), sys.stdout)
     else:
         sys.stdout.write(render_text(facts, wants_colour(sys.stdout)) + "\n")
     return EXIT_FAILED if broken else EXIT_OK

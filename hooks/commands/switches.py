@@ -23,20 +23,22 @@ import psutil
 
 from bir.core import config, installed
 from bir.core.exits import EXIT_USAGE
+from bir.core.home_files import open_private, private_dir
 from bir.core.log import logs_dir
 from bir.core.paths import off_file, pid_alive, project_key, resolve_project, revive_stamp
-from bir.hooks import api, hook_client
+from bir.core.revive import revive
+from bir.hooks import api
+from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import (
     CommandError,
     CommandResult,
     Subparsers,
     add_command,
     json_flag,
-    log_for_later,
     print_result,
     project_flag,
 )
-from bir.hooks.discovery import Discovery, read_discovery, remove_discovery
+from bir.hooks.discovery import Discovery, all_discoveries, read_discovery, remove_discovery
 
 # A control server starts its evaluator workers before it publishes itself; V8 takes a few seconds.
 UP_WAIT_S: Final = 20.0
@@ -170,6 +172,29 @@ def _replay_warnings(view: ReplayView) -> tuple[str, ...]:
     return tuple(warnings)
 
 
+def refuse_unknown_servers(project: Path, allow: Sequence[str] | None, wrapped: Sequence[str]) -> None:
+    """An allowlist naming a server bir does not wrap in the project is a typo until shown otherwise.
+
+    Raises:
+        CommandError: a name is not among ``wrapped`` (usage), with the names that are.
+    """
+    unknown = [name for name in allow or () if name not in wrapped]
+    if not unknown:
+        return
+    names = ", ".join(repr(name) for name in unknown)
+    if wrapped:
+        known = ",".join(wrapped)
+        where = f"its wrapped servers: {', '.join(wrapped)} (bir replay allow {known})"
+    else:
+        where = "bir wraps no server there yet: add the MCP servers to the project, then run `bir install`"
+    raise CommandError(
+        f"{names} {'is' if len(unknown) == 1 else 'are'} not a server bir wraps in {project}; {where}, "
+        "or `bir replay allow all`",
+        EXIT_USAGE,
+        code="unknown_server",
+    )
+
+
 def replay_switch(project_dir: str | os.PathLike[str], on: bool) -> CommandResult:
     """``bir replay on|off``: store the project's replay switch.
 
@@ -185,7 +210,10 @@ def replay_switch(project_dir: str | os.PathLike[str], on: bool) -> CommandResul
         text = f"Replay is ON in {project}: scenario steps may run without permission prompts."
         text += f"\n  bir may call by itself: {describe_allow(view.allow)}\n  To turn it off: bir replay off"
     else:
-        text = f"Replay is off in {project}: matched prompts are only not recorded. To turn it on: bir replay on"
+        text = (
+            f"Replay is off in {project}: no scenario is replayed. Prompts are still matched, and one that matches"
+            " nothing is still recorded. To turn it on: bir replay on"
+        )
     if on and view.env_replay_off:
         text += "\n  BIR_REPLAY=0 in this environment still keeps it off for what starts here."
     return CommandResult(text, view.to_json(), _replay_warnings(view))
@@ -222,7 +250,8 @@ def replay_allow(project_dir: str | os.PathLike[str], spec: str) -> CommandResul
     """
     allow = parse_allow(spec)
     project = resolve_project(project_dir)
-    _installed_or_refuse(project, "there is no allowlist to set")
+    switches = _installed_or_refuse(project, "there is no allowlist to set")
+    refuse_unknown_servers(project, allow, wrapped_servers(switches))
     _store(project, allow=allow)
     view = replay_view(project)
     text = f"bir may call by itself in {project}: {describe_allow(allow)}."
@@ -246,8 +275,8 @@ def runner_off() -> CommandResult:
     """
     path = off_file(config.home())
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        private_dir(path.parent)
+        os.close(open_private(path, "append"))
     except OSError as exc:
         raise CommandError(
             f"cannot write {path}: {exc.strerror or exc}; set BIR_OFF=1 for a session instead, "
@@ -323,7 +352,7 @@ def bring_up(project_dir: str | os.PathLike[str], wait_s: float = UP_WAIT_S) -> 
     try:
         # A person asked: the hooks' once-per-10-s limit is not for them.
         revive_stamp(home, project).unlink(missing_ok=True)
-        hook_client.revive(home, project)
+        revive(home, project)
     except OSError as exc:
         raise CommandError(f"cannot start bir-hooks: {exc}; check that bir is installed (bir-hooks --help)") from exc
     box: list[Discovery] = []
@@ -353,26 +382,16 @@ def is_control_server(pid: int) -> bool:
     return any(Path(w).name == "bir-hooks" or w == "bir.hooks" for w in words)
 
 
-def bring_down(project_dir: str | os.PathLike[str], wait_s: float = DOWN_WAIT_S) -> CommandResult:
-    """``bir down``: mark the project down (no hook revives it until ``bir up`` or the next install),
-    then stop its control server (SIGTERM, wait up to ``wait_s``).
+def stop_server(project: Path, wait_s: float = DOWN_WAIT_S) -> Discovery | None:
+    """Stop the control server of ``project`` (SIGTERM, wait up to ``wait_s``); the one that was stopped, or
+    None when none was running. Nothing marks the project down here.
 
     Raises:
         CommandError: the server's pid is not a ``bir-hooks`` process, cannot be signalled, or outlived ``wait_s``.
     """
-    project = resolve_project(project_dir)
-    switches = installed.project(project)
-    if switches is not None and not switches.down:
-        _store(project, down=True)
-    after = (
-        "Nothing revives it until `bir up` (or the next `bir install`)."
-        if switches is not None
-        else "bir is not installed here, so nothing revives it."
-    )
-    data: dict[str, Any] = {"project": str(project), "down": switches is not None, "stopped": False}
     found = read_discovery(project)
     if found is None:
-        return CommandResult(f"No control server was running for {project}. {after}", data)
+        return None
     if not is_control_server(found.pid):
         raise CommandError(
             f"pid {found.pid} in the discovery file of {project} is not a bir-hooks process; nothing was signalled. "
@@ -393,27 +412,83 @@ def bring_down(project_dir: str | os.PathLike[str], wait_s: float = DOWN_WAIT_S)
         )
     # A server killed before it could tidy up leaves its file behind; it is ours to remove.
     remove_discovery(project, pid=found.pid)
+    return found
+
+
+def bring_down(project_dir: str | os.PathLike[str], wait_s: float = DOWN_WAIT_S) -> CommandResult:
+    """``bir down``: mark the project down (no hook revives it until ``bir up`` or the next install),
+    then stop its control server (SIGTERM, wait up to ``wait_s``).
+
+    Raises:
+        CommandError: the server's pid is not a ``bir-hooks`` process, cannot be signalled, or outlived ``wait_s``.
+    """
+    project = resolve_project(project_dir)
+    switches = installed.project(project)
+    if switches is not None and not switches.down:
+        _store(project, down=True)
+    after = (
+        "Nothing revives it until `bir up` (or the next `bir install`)."
+        if switches is not None
+        else "bir is not installed here, so nothing revives it."
+    )
+    data: dict[str, Any] = {"project": str(project), "down": switches is not None, "stopped": False}
+    found = stop_server(project, wait_s)
+    if found is None:
+        return CommandResult(f"No control server was running for {project}. {after}", data)
     data["stopped"] = True
     data["server"] = _server_data(found)
     return CommandResult(f"Stopped the control server of {project} (pid {found.pid}). {after}", data)
 
 
+def bring_all_down(wait_s: float = DOWN_WAIT_S) -> CommandResult:
+    """``bir down --all``: ``bir down`` for every project whose control server runs under ``BIR_HOME``.
+
+    Raises:
+        CommandError: one could not be stopped (the others were).
+    """
+    stopped: list[dict[str, Any]] = []
+    failed: list[str] = []
+    for found in all_discoveries():
+        try:
+            result = bring_down(found.project, wait_s)
+        except CommandError as exc:
+            failed.append(f"{found.project}: {exc}")
+            continue
+        stopped.append(dict(result.data))
+    if failed:
+        raise CommandError(
+            f"stopped {len(stopped)} control server(s), but not: " + "; ".join(failed), code="not_stopped"
+        )
+    if not stopped:
+        return CommandResult("No control server was running.", {"stopped": []})
+    lines = [f"Stopped {len(stopped)} control server{'s' if len(stopped) != 1 else ''}:"]
+    lines += [f"  {entry['project']} (pid {entry['server']['pid']})" for entry in stopped]
+    lines.append("  Nothing revives them until `bir up` in each project (or its next `bir install`).")
+    return CommandResult("\n".join(lines), {"stopped": stopped})
+
+
 # -- the command line ------------------------------------------------------------------------------------
 
 _COMMANDS: Final = (
-    ("off", "take the whole runner out of the way: hooks answer {}, the bir server lists no tools", "bir off"),
-    ("on", "undo `bir off`", "bir on"),
-    ("up", "start this project's control server (and let hooks revive it again)", "bir up --project ~/src/app"),
-    ("down", "stop this project's control server; nothing revives it until `bir up`", "bir down"),
+    ("off", "take the whole runner out of the way: hooks answer {}, the bir server lists no tools", ["bir off"]),
+    ("on", "undo `bir off`", ["bir on"]),
+    ("up", "start this project's control server (and let hooks revive it again)", ["bir up --project ~/src/app"]),
+    (
+        "down",
+        "stop this project's control server (--all: every project's); nothing revives it until `bir up`",
+        ["bir down", "bir down --all"],
+    ),
 )
 
 
 def add_parser(sub: Subparsers) -> None:
     """Register ``bir off``, ``bir on``, ``bir up`` and ``bir down``."""
-    for name, helptext, example in _COMMANDS:
-        cmd = add_command(sub, name, helptext, [example])
+    for name, helptext, examples in _COMMANDS:
+        cmd = add_command(sub, name, helptext, examples)
         if name in ("up", "down"):
             project_flag(cmd)
+        if name == "down":
+            cmd.add_argument("--all", action="store_true", help="every project's control server (see bir status --all)")
         json_flag(cmd)
         cmd.set_defaults(run=run)
 
@@ -422,19 +497,22 @@ def run(args: argparse.Namespace) -> int:
     """Run ``bir off|on|up|down``; answer its exit status.
 
     Raises:
+        CommandError: refused (the message says what to do next).
         ConfigError: a ``BIR_*`` variable holds an unusable value (the CLI prints it).
     """
-    log_for_later()
-    try:
-        if args.command == "off":
-            result = runner_off()
-        elif args.command == "on":
-            result = runner_on()
-        elif args.command == "up":
-            result = bring_up(args.project)
-        else:
-            result = bring_down(args.project)
-    except CommandError as exc:
-        sys.stderr.write(f"bir {args.command}: {exc}\n")
-        return exc.exit_code
+    if args.command == "off":
+        result = runner_off()
+    elif args.command == "on":
+        result = runner_on()
+    else:
+        with for_command(args) as progress:
+            if args.command == "up":
+                progress("starting the control server (its evaluator takes a few seconds)…")
+                result = bring_up(args.project)
+            elif args.all:
+                progress("stopping every control server…")
+                result = bring_all_down()
+            else:
+                progress("stopping the control server…")
+                result = bring_down(args.project)
     return print_result(result, args.json, sys.stdout)

@@ -7,7 +7,8 @@ no failed step is not worth booking (``202``) — its ticket is still spent.
 
 A saving is measured against the recorded run's own cost: the source run's finish (its usage, cost and
 duration) is the baseline, and a replayed turn saved the difference. Only a measured report against a
-measured baseline counts in dollars; tokens count where both sides carry usage.
+measured baseline counts in dollars; tokens count where both sides carry usage (a report carries the
+turn's ``usage`` since issue 18's second part; one booked before has none).
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def scenario_stats(
     """One scenario's line of ``bir stats``: runs, hits, outcome mix and what the replays saved."""
     outcomes: dict[str, int] = {}
     saved_usd = 0.0
-    saved_tokens: int | None = 0
+    saved_tokens = 0
+    token_replays = 0
     saved_s = 0.0
     measured_replays = 0
     for row in executions:
@@ -111,10 +113,9 @@ def scenario_stats(
             saved_usd += baseline.cost_usd - spent
             measured_replays += 1
         tokens = _tokens(report.get("usage"))
-        if saved_tokens is not None and tokens is not None and baseline.tokens is not None:
+        if tokens is not None and baseline.tokens is not None:
             saved_tokens += baseline.tokens - tokens
-        else:
-            saved_tokens = None
+            token_replays += 1
         if baseline.seconds is not None:
             saved_s += baseline.seconds - _number(report.get("durationMs")) / 1000
     replays = sum(n for o, n in outcomes.items() if o not in BASELINE_OUTCOMES)
@@ -129,7 +130,9 @@ def scenario_stats(
         "measuredReplays": measured_replays,
         "baseline": {"costUsd": baseline.cost_usd, "tokens": baseline.tokens, "seconds": baseline.seconds},
         "savedUsd": round(saved_usd, 6),
-        "savedTokens": saved_tokens if replays else 0,
+        # Counted over the replays whose report carries usage (``tokenReplays``); not known when none does.
+        "savedTokens": saved_tokens if token_replays or not replays else None,
+        "tokenReplays": token_replays,
         "savedSeconds": round(saved_s, 3),
     }
 
@@ -142,6 +145,7 @@ def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "replays": 0,
         "savedUsd": 0.0,
         "savedTokens": 0,
+        "tokenReplays": 0,
         "savedSeconds": 0.0,
     }
     for row in rows:
@@ -150,6 +154,8 @@ def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         out["replays"] += row["replays"]
         out["savedUsd"] = round(out["savedUsd"] + row["savedUsd"], 6)
         out["savedSeconds"] = round(out["savedSeconds"] + row["savedSeconds"], 3)
-        if out["savedTokens"] is not None:
-            out["savedTokens"] = None if row["savedTokens"] is None else out["savedTokens"] + row["savedTokens"]
+        out["savedTokens"] += row["savedTokens"] or 0
+        out["tokenReplays"] += row["tokenReplays"]
+    if out["replays"] and not out["tokenReplays"]:
+        out["savedTokens"] = None
     return out

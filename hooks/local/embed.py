@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -46,12 +47,16 @@ _HEADS: Final = 12
 _LAYERS: Final = 6
 _EPS: Final = 1e-12
 _PREFIX: Final = "inner."
+# About 1.7 KB an entry (a 384-float vector and its 16-byte key): under 1 MB.
+CACHE_ENTRIES: Final = 512
 
 
-def _numpy() -> Any:
+def numpy_module() -> Any:
     """numpy, with one BLAS thread when it is first imported here: for a prompt's few dozen tokens a second
     thread costs more than it saves (4x slower at p50 on a busy 2-core machine), and the control server
-    shares its cores with the evaluator's workers. A value set in the environment wins."""
+    shares its cores with the evaluator's workers. A value set in the environment wins. Every import of
+    numpy in the local service goes through here (the index reads stored vectors in a thread of its own,
+    which may come first): OpenBLAS reads the variable once, when numpy loads it."""
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import numpy
@@ -214,7 +219,7 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int, Any]]:
 
 def _read_onnx(data: bytes) -> tuple[dict[str, Any], list[tuple[str, list[str], list[str]]]]:
     """The initializers (name → array) and the nodes (op, inputs, outputs) of an ONNX model's graph."""
-    np = _numpy()
+    np = numpy_module()
 
     dtypes = {1: np.float32, 3: np.int8, 7: np.int64, 9: np.bool_}
     view = memoryview(data)
@@ -275,7 +280,7 @@ class MiniLM:
     """all-MiniLM-L6-v2 in numpy. ``embed`` is thread-safe (it only reads the weights)."""
 
     def __init__(self, data: bytes, tokenizer: WordPiece) -> None:
-        np = _numpy()
+        np = numpy_module()
 
         arrays, nodes = _read_onnx(data)
         # A weight's layer is named by the bias its MatMul's result is added to.
@@ -400,10 +405,14 @@ def _erf(x: Any) -> Any:
 class Embedder:
     """The model of one process, loaded once in a background thread; ``embed`` answers None until it is.
 
-    ``load`` is what loads (a test can pass a slower or failing one).
+    ``load`` is what loads (a test can pass a slower or failing one). The vectors of the last
+    ``cache_entries`` texts are kept (keyed by a digest, so a long prompt costs no more room than a short
+    one): a forward pass costs ~15 ms of CPU, which a busy machine stretches past the match's budget, and a
+    paraphrase that matched once by embedding is embedded again each time it is asked (a hit records no
+    run, so it never becomes an exact match). ``hits`` counts the answers the cache gave.
     """
 
-    def __init__(self, load: Any = MiniLM.load) -> None:
+    def __init__(self, load: Any = MiniLM.load, *, cache_entries: int = CACHE_ENTRIES) -> None:
         self._load = load
         self._model: MiniLM | None = None
         self._error: str | None = None
@@ -411,6 +420,9 @@ class Embedder:
         self._started = False
         self._lock = threading.Lock()
         self.load_s: float | None = None
+        self.cache_entries = cache_entries
+        self._cache: OrderedDict[bytes, Vector] = OrderedDict()
+        self.hits = 0
 
     def start(self) -> None:
         """Begin loading, once; returns at once."""
@@ -449,7 +461,22 @@ class Embedder:
 
     def embed(self, text: str) -> Vector | None:
         model = self._model
-        return None if model is None else model.embed(text)
+        if model is None:
+            return None
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                self.hits += 1
+                return cached
+        vector = model.embed(text)
+        vector.flags.writeable = False  # shared by every caller that asks for this text
+        with self._lock:
+            self._cache[key] = vector
+            while len(self._cache) > self.cache_entries:
+                self._cache.popitem(last=False)
+        return vector
 
 
 _shared: Embedder | None = None

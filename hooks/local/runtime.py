@@ -28,7 +28,7 @@ from bir.core.log import log_event
 from bir.core.truncate import cut_counted
 from bir.hooks.local import booking, edits, match, model_pass, selfcheck, sharpen
 from bir.hooks.local.calculate import CALC_VERSION, draft_scenario, recorded_steps, template_of
-from bir.hooks.local.embed import Embedder
+from bir.hooks.local.embed import Embedder, numpy_module
 from bir.hooks.local.embed import shared as shared_embedder
 from bir.hooks.local.slots import normalized
 from bir.hooks.local.store import ScenarioRow, Store, StoreError
@@ -190,9 +190,8 @@ class LocalService:
             samples = match.samples_of(stored.body) if stored is not None else {}
         vector = None
         if embedding is not None:
-            import numpy as np
-
-            vector = np.frombuffer(embedding, dtype=np.float32)
+            # Through the embedding module, whichever thread imports numpy first: it sets one BLAS thread.
+            vector = numpy_module().frombuffer(embedding, dtype="float32")
         self.index.put(
             match.candidate_of(
                 scenario_id,

@@ -1029,7 +1029,8 @@ class Store:
     _TABLES: Final = ("runs", "steps", "scenarios", "scenario_runs", "edits", "tickets", "executions")
 
     def export(self) -> dict[str, Any]:
-        """The whole store as one JSON-ready document (``import_document`` reads it back)."""
+        """The whole store as one JSON-ready document (``import_document`` reads it back), read in one
+        transaction, so a control server writing meanwhile never leaves a step without its run in it."""
 
         def read(conn: sqlite3.Connection) -> dict[str, Any]:
             doc: dict[str, Any] = {
@@ -1037,16 +1038,20 @@ class Store:
                 "version": schema.CURRENT_VERSION,
                 "exportedAt": time.time(),
             }
-            for table in self._TABLES:
-                cursor = conn.execute(f"SELECT * FROM {table}")
-                names = [d[0] for d in cursor.description]
-                rows = []
-                for row in cursor.fetchall():
-                    item = dict(zip(names, row, strict=True))
-                    if table == "scenarios":
-                        item.pop("embedding", None)
-                    rows.append(item)
-                doc[table] = rows
+            conn.execute("BEGIN")
+            try:
+                for table in self._TABLES:
+                    cursor = conn.execute(f"SELECT * FROM {table}")
+                    names = [d[0] for d in cursor.description]
+                    rows = []
+                    for row in cursor.fetchall():
+                        item = dict(zip(names, row, strict=True))
+                        if table == "scenarios":
+                            item.pop("embedding", None)
+                        rows.append(item)
+                    doc[table] = rows
+            finally:
+                conn.execute("COMMIT")
             return doc
 
         return self._read(read)

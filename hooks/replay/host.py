@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +33,7 @@ from mcp.shared.exceptions import MCPError
 
 from bir import __version__
 from bir.core import config
+from bir.core.home_files import open_private, private_dir
 from bir.core.log import log_event
 from bir.core.truncate import one_line
 
@@ -110,6 +112,11 @@ class ProxyHost:
             raise HostSessionError(f"--wrap {self.name}: {exc}") from None
         if not upstream:
             raise HostSessionError(f"--wrap {self.name}: the command is empty")
+        if shutil.which(upstream[0], path=self._env.get("PATH")) is None:
+            raise HostSessionError(
+                f"--wrap {self.name}: there is no command {upstream[0]!r} (not on PATH, or not executable); "
+                "nothing was started"
+            )
         proxy = ["-m", "bir.proxy", "--server-name", self.name, "--project", str(self._project), "--", *upstream]
         return StdioServerParameters(command=sys.executable, args=proxy, env=self._env, cwd=self._project)
 
@@ -122,8 +129,9 @@ class ProxyHost:
         if self._log_path is None:
             return None
         try:
-            self._log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            folder = self._log_path.parent
+            private_dir(folder.parent, folder.name)
+            fd = open_private(self._log_path, "append")
         except OSError as exc:
             raise HostSessionError(f"cannot open the log {self._log_path}: {exc.strerror or exc}") from None
         return os.fdopen(fd, "a", encoding="utf-8")
@@ -164,14 +172,23 @@ class ProxyHost:
     def _failure(self, exc: BaseException) -> HostSessionError:
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
             exc = exc.exceptions[0]
+        head = f"--wrap {self.name}: `{self.command}`"
         if isinstance(exc, TimeoutError):
-            return HostSessionError(f"{self.name} did not answer initialize within {INITIALIZE_TIMEOUT_S:g} s")
+            return HostSessionError(
+                f"{head} did not answer MCP's initialize within {INITIALIZE_TIMEOUT_S:g} s, so it is not a stdio "
+                f"MCP server (or it never finished starting){self._see_log()}"
+            )
         if isinstance(exc, OSError):
             return HostSessionError(f"--wrap {self.name}: cannot start bir-proxy: {exc.strerror or exc}")
         if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
-            return HostSessionError(f"{self.name}: the proxy exited before initializing{self._see_log()}")
+            return HostSessionError(
+                f"{head} exited before the MCP handshake, so it is not a stdio MCP server{self._see_log()}"
+            )
         if isinstance(exc, MCPError):
-            return HostSessionError(f"{self.name}: initialize failed: {one_line(exc.error.message, MAX_ERROR_CHARS)}")
+            why = one_line(exc.error.message, MAX_ERROR_CHARS)
+            return HostSessionError(
+                f"{head} answered MCP's initialize with an error ({why}), so it is not a stdio MCP server bir can use"
+            )
         return HostSessionError(f"{self.name}: the MCP session failed: {one_line(repr(exc), MAX_ERROR_CHARS)}")
 
     def _see_log(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 from bir.core.coverage import ReplayMode
 from bir.core.handover import Stop
 from bir.core.outcome import ExecutionStage, StepStatus
+from bir.core.printable import printable
 from bir.core.redact import redact, redact_text
 from bir.core.tool_text import ERROR_PREFIX, content_parts
 from bir.core.truncate import cut
@@ -28,7 +29,18 @@ OUTPUT_LINES: Final = 12
 LINE_CHARS: Final = 240
 JSON_OUTPUT_CHARS: Final = 20_000
 
-ReplayEnd = Literal["done", "dry", "missing_target", "stopped", "response_failed"]
+ReplayEnd = Literal["done", "dry", "missing_target", "stopped", "response_failed", "refused", "interrupted"]
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """The first step that cannot run here (a built-in, or a server with no proxy) and has no recorded
+    output to stand on: a run stops there. ``position`` is 0-based."""
+
+    position: int
+    tool_name: str
+    why: str
+    fix: str
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,10 @@ class ReplayReport:
     partial: bool = False
     response: Mapping[str, Any] | None = None
     response_error: str | None = None
+    # Where a run cannot finish here; with ``outcome`` "refused" (nothing ran), why and what to do.
+    blocked: Blocked | None = None
+    refusal: str | None = None
+    refusal_code: str | None = None
 
 
 # -- the operator's account -----------------------------------------------------------------------------
@@ -153,12 +169,53 @@ _STOPPED_AT: Final[Mapping[str, str]] = {
 }
 
 
+def _step_list(positions: list[int]) -> str:
+    if not positions:
+        return "none"
+    return ", ".join(str(p + 1) for p in positions)
+
+
+def blocked_sentence(blocked: Blocked, count: int, *, fix: bool = True) -> str:
+    """Where a run stops, why, and (``fix``) what lets it run: ``step 2 of 3 (Read): Read is a built-in….``"""
+    head = f"step {blocked.position + 1} of {count} ({blocked.tool_name}): {blocked.why}."
+    return f"{head} {blocked.fix}" if fix else head
+
+
+def interrupted_sentence(report: ReplayReport) -> str:
+    """What an interrupt left: the steps that ran, the one cut short, the ones not run."""
+    ran = [s.position for s in report.steps if s.status in ("ok", "recorded")]
+    reached = {s.position for s in report.steps}
+    stop = report.stop
+    cut_short = ""
+    if stop is not None and stop.step is not None and stop.kind in ("no_answer", "output_failed"):
+        tool = f" ({report.stop_tool})" if report.stop_tool else ""
+        cut_short = (
+            f" Step {stop.step + 1}{tool} was sent and may or may not have completed."
+            if stop.kind == "no_answer"
+            else f" Step {stop.step + 1}{tool} ran, but its output was not read."
+        )
+        reached.add(stop.step)
+    not_run = [p for p in range(report.step_count) if p not in reached]
+    return (
+        f"Interrupted (Ctrl-C). Ran: step {_step_list(ran)}.{cut_short} Not run: step {_step_list(not_run)}.".replace(
+            "step none", "none"
+        )
+    )
+
+
 def outcome_sentence(report: ReplayReport) -> str:
     """What happened, in the operator's words (not the note the model would read)."""
     ran = sum(1 for s in report.steps if s.status in ("ok", "recorded"))
     count = report.step_count
+    if report.outcome == "refused":
+        return f"Nothing was run. {report.refusal}"
+    if report.outcome == "interrupted":
+        return interrupted_sentence(report)
     if report.outcome == "dry":
-        return "Dry run: the parameters and the inputs known now were computed; no step was sent."
+        head = "Dry run: the parameters and the inputs known now were computed; no step was sent."
+        if report.blocked is not None:
+            head += f" A real run would stop at {blocked_sentence(report.blocked, count)}"
+        return head
     if report.outcome == "missing_target":
         names = ", ".join(report.missing)
         flags = " ".join(f"--param {name}=VALUE" for name in report.missing)
@@ -167,6 +224,11 @@ def outcome_sentence(report: ReplayReport) -> str:
         recorded = sum(1 for s in report.steps if s.status == "recorded")
         extra = f" ({recorded} on recorded outputs)" if recorded else ""
         return f"Done: all {count} steps ran{extra}."
+    if report.blocked is not None and report.stop is not None and report.stop.step == report.blocked.position:
+        return (
+            f"Stopped, as --partial asked, at {blocked_sentence(report.blocked, count, fix=False)} "
+            f"{ran} of {count} steps ran before it."
+        )
     if report.outcome == "response_failed":
         return f"All {count} steps ran, but responseParamsLogic failed: {report.response_error}."
     stop = report.stop
@@ -201,7 +263,8 @@ def render_text(report: ReplayReport) -> str:
         if isinstance(response, dict):
             rows = [f"{name}: {_compact(value)}" for name, value in response.items()]
         lines.extend(_block("\n".join(rows) or "(empty)", "  "))
-    return "\n".join(lines)
+    # Outputs and parameters are data: no escape sequence of theirs reaches the terminal.
+    return printable("\n".join(lines))
 
 
 # -- the document for programs ------------------------------------------------------------------------
@@ -213,6 +276,8 @@ def _step_doc(step: StepOutcome) -> dict[str, object]:
         "toolName": step.tool_name,
         "input": step.tool_input,
         "output": None if step.output is None else cut(step.output, JSON_OUTPUT_CHARS),
+        # The whole output's length: more than ``output`` holds when it was cut.
+        "outputChars": None if step.output is None else len(step.output),
         "status": step.status,
         "stage": step.stage,
         "error": step.error,
@@ -223,7 +288,7 @@ def _step_doc(step: StepOutcome) -> dict[str, object]:
 def render_json(report: ReplayReport) -> dict[str, object]:
     """The one JSON document ``--json`` prints (each output bounded; the response model redacted)."""
     stop = report.stop
-    return {
+    doc: dict[str, object] = {
         "scenario": report.scenario_id,
         "prompt": report.prompt,
         "mode": report.mode,
@@ -238,5 +303,18 @@ def render_json(report: ReplayReport) -> dict[str, object]:
         "note": report.note,
         "partial": report.partial,
         "dry": report.outcome == "dry",
+        "blocked": None
+        if report.blocked is None
+        else {
+            "step": report.blocked.position,
+            "toolName": report.blocked.tool_name,
+            "why": report.blocked.why,
+            "fix": report.blocked.fix,
+        },
         "exitCode": report.exit_code,
     }
+    if report.outcome in ("refused", "interrupted"):
+        # The one document of a refusal or an interrupt says so first, as every other command's does.
+        code = report.refusal_code or ("interrupted" if report.outcome == "interrupted" else "refused")
+        doc = {"error": code, "message": outcome_sentence(report), **doc}
+    return doc

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bir import __version__
 from bir.core import config
@@ -27,6 +28,7 @@ from bir.core.log import log_event
 from bir.hooks import api
 from bir.hooks.discovery import Discovery
 from bir.hooks.server.hellos import HelloBook
+from bir.hooks.server.listener import KEEP_ALIVE_S, ConnectionBook, protocol_for
 from bir.hooks.server.routes import ReceivedStep, SessionHandler, build_app
 from bir.hooks.server.work_queue import ProxyWorkQueue
 
@@ -37,7 +39,6 @@ _STEP_HOOK_TIMEOUT_S = 2.0
 _START_TIMEOUT_S = 10.0
 # Long polls are answered at stop; this bounds whatever else is still running.
 _GRACEFUL_SHUTDOWN_S = 3
-_MAX_CONNECTIONS = 512
 
 
 class _Uvicorn(uvicorn.Server):
@@ -56,8 +57,50 @@ class _Uvicorn(uvicorn.Server):
         self.ready.set()
 
 
+class _Activity:
+    """ASGI middleware that knows when the server was last used: a request other than ``/health`` in
+    flight (a parked poll is a live proxy) keeps it busy, and one answered marks the time. A request the
+    guard refused (401, 403) is not use."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+        self._busy = 0
+        self._last = time.monotonic()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") == "/health":
+            await self._app(scope, receive, send)
+            return
+        status = 0
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        self._busy += 1
+        try:
+            await self._app(scope, receive, sent)
+        finally:
+            self._busy -= 1
+            if status not in (401, 403):
+                self._last = time.monotonic()
+
+    def idle_s(self) -> float:
+        """Seconds since the last use; 0 while a request is in flight."""
+        return 0.0 if self._busy else time.monotonic() - self._last
+
+
 def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _own_hosts(host: str, port: int) -> frozenset[bytes]:
+    """The ``Host`` headers naming this server: its address, or ``localhost``, with its port."""
+    shown = f"[{host}]" if ":" in host else host
+    names = {shown, "localhost"} | ({"[::1]"} if host == "::1" else set())
+    return frozenset(f"{name}:{port}".encode("ascii") for name in names)
 
 
 class ControlServer:
@@ -91,7 +134,12 @@ class ControlServer:
         self._started = time.monotonic()
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
+        self.connections = ConnectionBook()
+        # The Host values a request may carry: this server's own address, known once it is bound.
+        self.hosts: frozenset[bytes] = frozenset()
         self.app = build_app(self)
+        # Wraps ``app`` as it is when the server starts (a test may wrap the app before that).
+        self._activity: _Activity | None = None
 
     @property
     def replay_enabled(self) -> bool:
@@ -104,6 +152,11 @@ class ControlServer:
 
     def uptime_ms(self) -> int:
         return int((time.monotonic() - self._started) * 1000)
+
+    def idle_s(self) -> float:
+        """Seconds since a hook, a proxy or ``bir-scenario`` last used the server (``/health`` does not
+        count); 0 while one is in flight, such as a proxy's parked poll."""
+        return 0.0 if self._activity is None else self._activity.idle_s()
 
     # -- state the routes feed -----------------------------------------------------------------
 
@@ -192,15 +245,22 @@ class ControlServer:
         # option on to accepted sockets.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         bound_host, bound_port = sock.getsockname()[:2]
+        self.hosts = _own_hosts(bound_host, bound_port)
+        self._activity = _Activity(self.app)
         cfg = uvicorn.Config(
-            self.app,
+            self._activity,
+            http=protocol_for(self.connections),
             log_config=None,
             access_log=False,
             lifespan="off",
             ws="none",
             server_header=False,
             timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S,
-            limit_concurrency=_MAX_CONNECTIONS,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            # No 503 for everyone once connections pile up: the listener evicts the untrusted ones.
+            limit_concurrency=None,
+            # The peer address is the socket's: no header may change what the loopback check sees.
+            proxy_headers=False,
         )
         server = _Uvicorn(cfg)
         self._server = server

@@ -1,10 +1,13 @@
 """The control server's HTTP surface (spec §16.1, §13.3): the guard, the body models, the routes.
 
 Every route is JSON in and out. The guard answers before any route runs: a peer that is not on
-loopback gets 403, a missing or wrong bearer token 401 (also for unknown paths, so the surface is
-not probed without the token). Then a body past ``MAX_BODY_BYTES`` is 413, a body that is not the
-route's shape 400, an unknown path 404, and an exception inside a route 500 with a short message and
-a ``control.request_failed`` line: nothing a client sends takes the server down.
+loopback gets 403, a ``Host`` that is not the server's own address 403 (a page in a browser whose
+name was made to point at 127.0.0.1 is not a client), a missing or wrong bearer token 401 (also for
+unknown paths, so the surface is not probed without the token). A connection whose request passed
+is trusted from then on by the listener (``bir.hooks.server.listener``). Then a body past
+``MAX_BODY_BYTES`` is 413, a body that is not the route's shape 400, an unknown path 404, and an
+exception inside a route 500 with a short message and a ``control.request_failed`` line: nothing a
+client sends takes the server down.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from bir.core import config
 from bir.core.log import log_event
 from bir.hooks import api
 from bir.hooks.server.hellos import HelloBook, SeenHello
+from bir.hooks.server.listener import ConnectionBook
 from bir.hooks.server.work_queue import NotSentError, ProxyWorkQueue, StepTimeoutError, WorkQueueError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -36,6 +40,7 @@ POLL_HOLD_MS = api.POLL_HOLD_MS
 _MAX_ERROR_CHARS = api.MAX_ERROR_CHARS
 
 _LOOPBACK = ("127.", "::1", "::ffff:127.")
+REPLAY_OFF = "replay is off for this project (`bir replay on` turns it on); nothing was sent"
 
 
 # -- what the routes hand to the rest of bir -------------------------------------------------
@@ -109,6 +114,8 @@ class ServerState(Protocol):
     """What the routes read and feed of their server (``bir.hooks.server.control.ControlServer``)."""
 
     token: str
+    hosts: frozenset[bytes]
+    connections: ConnectionBook
     version: str
     queue: ProxyWorkQueue
     hellos: HelloBook
@@ -190,11 +197,12 @@ def _guarded(name: str, handler: Handler) -> Handler:
 
 
 class Guard:
-    """ASGI middleware: loopback peers only, and the bearer token on every request."""
+    """ASGI middleware: loopback peers only, the server's own ``Host``, and the bearer token on every request."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+    def __init__(self, app: ASGIApp, server: ServerState) -> None:
         self._app = app
-        self._expected = f"Bearer {token}".encode()
+        self._server = server
+        self._expected = f"Bearer {server.token}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -205,13 +213,19 @@ class Guard:
             await _error(403, "loopback only")(scope, receive, send)
             return
         given = b""
+        host = b""
         for key, value in scope.get("headers", ()):
             if key == b"authorization":
                 given = value
-                break
+            elif key == b"host":
+                host = value.lower()
+        if host not in self._server.hosts:
+            await _error(403, "not this server's address")(scope, receive, send)
+            return
         if not secrets.compare_digest(given, self._expected):
             await _error(401, "missing or wrong bearer token")(scope, receive, send)
             return
+        self._server.connections.trust((str(client[0]), int(client[1])))
         await self._app(scope, receive, send)
 
 
@@ -235,6 +249,7 @@ def build_app(server: ServerState) -> Starlette:
                 version=server.version,
                 uptime_ms=server.uptime_ms(),
                 served=served,
+                left=server.queue.left(),
                 replay=server.replay_enabled,
                 wrapped=sorted(server.wrapped),
                 last_hello=server.hellos.last(),
@@ -245,22 +260,29 @@ def build_app(server: ServerState) -> Starlette:
     async def proxy_register(request: Request) -> Response:
         body, _ = await parse_body(request, api.RegisterRequest)
         server.wrapped.add(body.server_name)
-        server.queue.register(body.server_name, body.proxy_id, session_id=body.session_id, pid=body.pid)
+        server.queue.register(
+            body.server_name, body.proxy_id, session_id=body.session_id, pid=body.pid, host_pid=body.host_pid
+        )
         log_event(
             "proxy.registered",
             server=body.server_name,
             proxy_id=body.proxy_id,
             pid=body.pid,
             session_id=body.session_id,
+            host_pid=body.host_pid,
         )
         return json_response(api.RegisterAnswer(replay=server.replay_enabled, poll_hold_ms=POLL_HOLD_MS))
+
+    async def proxy_unregister(request: Request) -> Response:
+        body, _ = await parse_body(request, api.UnregisterRequest)
+        return json_response(api.Ok(ok=server.queue.unregister(body.proxy_id, body.server_name)))
 
     async def proxy_poll(request: Request) -> Response:
         body, _ = await parse_body(request, api.PollRequest)
         # A proxy that outlived a restart of this server polls before it registers again.
         proxy_id = body.proxy_id or f"{body.server_name}#{body.pid or 0}"
         server.wrapped.add(body.server_name)
-        server.queue.register(body.server_name, proxy_id, pid=body.pid)
+        server.queue.register(body.server_name, proxy_id, pid=body.pid, host_pid=body.host_pid)
         if not server.replay_enabled:
             return json_response(api.PollAnswer(replay=False))
         hold_ms = POLL_HOLD_MS if body.hold_ms is None else min(body.hold_ms, POLL_HOLD_MS)
@@ -328,6 +350,9 @@ def build_app(server: ServerState) -> Starlette:
         # One step of `bir replay`, run on the proxy that owns its server. `sent` tells the caller
         # whether the call may have run (§8: "may or may not have completed").
         body, _ = await parse_body(request, api.ReplayCallRequest)
+        if not server.replay_enabled:
+            # The proxies of a project with replay off take no work: the call would wait out its time.
+            return json_response(api.ReplayCallAnswer(ok=False, sent=False, why=REPLAY_OFF))
         try:
             result = await server.queue.call(body.server_name, body.tool_name, body.arguments, body.timeout_ms / 1000)
         except NotSentError as exc:
@@ -356,6 +381,7 @@ def build_app(server: ServerState) -> Starlette:
         api.REPLAY_CALL.path: replay_call,
         api.PROXY_REGISTER.path: proxy_register,
         api.PROXY_POLL.path: proxy_poll,
+        api.PROXY_UNREGISTER.path: proxy_unregister,
         api.PROXY_RESULT.path: proxy_result,
         api.PROXY_STEP.path: proxy_step,
         api.SCENARIO_HELLO.path: scenario_hello,
@@ -368,5 +394,5 @@ def build_app(server: ServerState) -> Starlette:
         Route(route.path, _guarded(route.name, handlers[route.path]), methods=[route.method]) for route in api.ROUTES
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_exception})
-    app.add_middleware(Guard, token=server.token)
+    app.add_middleware(Guard, server=server)
     return app

@@ -13,6 +13,10 @@ Two facts from the built system shape it:
   to a proxy bound to the caller's session, else to an unbound one only while no other session is
   live; with two sessions live it is refused (`NoSessionProxyError`) and nothing is sent.
   ``bir replay`` has no session and takes the newest proxy.
+* A proxy is bound from its first registration by its *host* (``bir.core.host``): the Claude Code
+  process that started it, which the session's hooks name too. Whichever comes first, the proxy or the
+  session's first hook, the other binds them; a later session of the same host (``/clear``) takes them
+  over. A host that is gone ends its session and its proxies at once, ``SessionEnd`` or not.
 
 Every structure is bounded and a call leaves nothing behind once it ends, whichever way it ends.
 """
@@ -113,6 +117,7 @@ class _Proxy:
     last_seen: float
     queue: deque[_Call] = field(default_factory=deque)
     poll: _Poll | None = None
+    host_pid: int | None = None
 
 
 def _local_name(server_name: str, tool_name: str) -> str:
@@ -143,45 +148,101 @@ class ProxyWorkQueue:
         self._proxies: dict[str, _Proxy] = {}
         self._calls: dict[str, _Call] = {}
         self._sessions: dict[str, float] = {}
+        # session id → its host's pid, as its hooks named it.
+        self._hosts: dict[str, int] = {}
         self._order = 0
         self._closed = False
+        # server name → when its last proxy unregistered (its host closed the session).
+        self._left: dict[str, float] = {}
         self._seen = asyncio.Event()  # set (and replaced) each time a proxy is heard from
 
     # -- proxies -------------------------------------------------------------------------------
 
-    def register(self, server_name: str, proxy_id: str, session_id: str | None = None, pid: int | None = None) -> None:
-        """Record a proxy (again): it counts as seen now. A session given here binds it."""
+    def register(
+        self,
+        server_name: str,
+        proxy_id: str,
+        session_id: str | None = None,
+        pid: int | None = None,
+        host_pid: int | None = None,
+    ) -> None:
+        """Record a proxy (again): it counts as seen now. A session given here binds it; so does the
+        newest session its host's hooks named."""
         self._prune()
-        proxy = self._touch(server_name, proxy_id, pid)
+        proxy = self._touch(server_name, proxy_id, pid, host_pid)
         if session_id:
-            self._bind(proxy, session_id)
+            self._bind(proxy, session_id, "registered")
+        elif proxy.host_pid is not None:
+            session = self._session_of_host(proxy.host_pid)
+            if session is not None:
+                self._bind(proxy, session, "host")
 
     def bind(self, proxy_id: str, session_id: str) -> bool:
         """Bind a proxy to a session (learned from a correlated call it reported). False if unknown."""
         proxy = self._proxies.get(proxy_id)
         if proxy is None:
             return False
-        self._bind(proxy, session_id)
+        self._bind(proxy, session_id, "call")
         return True
 
-    def note_session(self, session_id: str) -> None:
-        """A session was heard from (a hook fired): it counts as live for ``session_ttl_s``."""
+    def note_session(self, session_id: str, host_pid: int | None = None) -> None:
+        """A session was heard from (a hook fired): it counts as live for ``session_ttl_s``, and while
+        ``host_pid`` (its host, when the hook named it) runs. The host's proxies are the session's."""
         self._sessions.pop(session_id, None)
         self._sessions[session_id] = self._clock()
         while len(self._sessions) > MAX_SESSIONS:
-            del self._sessions[next(iter(self._sessions))]
+            forgotten = next(iter(self._sessions))
+            del self._sessions[forgotten]
+            self._hosts.pop(forgotten, None)
+        if host_pid is None or host_pid <= 1:
+            return
+        self._hosts.pop(session_id, None)
+        self._hosts[session_id] = host_pid
+        for proxy in self._proxies.values():
+            if proxy.host_pid == host_pid:
+                self._bind(proxy, session_id, "host")
 
     def end_session(self, session_id: str) -> None:
         """A session ended: it no longer counts as live, and its proxies are unbound from it."""
         self._sessions.pop(session_id, None)
+        self._hosts.pop(session_id, None)
         for proxy in self._proxies.values():
             if proxy.session_id == session_id:
                 proxy.session_id = None
 
+    def unregister(self, proxy_id: str, server_name: str) -> bool:
+        """A proxy whose host closed the session: forget it now, and fail the calls still queued for it
+        (nothing of them ran). False when it was not known."""
+        proxy = self._proxies.get(proxy_id)
+        if proxy is None or proxy.server_name != server_name:
+            return False
+        self._drop(proxy)
+        for call in proxy.queue:
+            if not call.outcome.done():
+                call.outcome.set_exception(ProxyExitedError(f"the {server_name} proxy left before it took the call"))
+        proxy.queue.clear()
+        if not self.is_served(server_name):
+            self._left[server_name] = self._clock()
+            while len(self._left) > MAX_PROXIES:
+                del self._left[next(iter(self._left))]
+        log_event("proxy.unregistered", server=server_name, proxy_id=proxy_id)
+        return True
+
+    def left(self) -> list[str]:
+        """The servers whose last proxy unregistered and that no proxy serves now."""
+        return sorted(name for name in self._left if not self.is_served(name))
+
+    def host_of(self, session_id: str) -> int | None:
+        """The host pid the session's hooks named, if any."""
+        return self._hosts.get(session_id)
+
     def is_served(self, server_name: str) -> bool:
-        """Whether a proxy for the server has polled within the last ``stale_after_s``."""
+        """Whether a live proxy for the server (its host running) has polled within the last ``stale_after_s``."""
         now = self._clock()
-        return any(p.server_name == server_name and self._live(p, now) for p in self._proxies.values())
+        return any(
+            p.server_name == server_name and self._live(p, now) and (p.pid is None or pid_alive(p.pid))
+            for p in self._proxies.values()
+        )
 
     async def wait_served(self, server_name: str) -> None:
         """Return once a proxy for ``server_name`` has polled or registered (bound it with a timeout)."""
@@ -210,7 +271,7 @@ class ProxyWorkQueue:
         A second poll from the same proxy answers the first one with None.
         """
         self._prune()
-        proxy = self._touch(server_name, proxy_id, None)
+        proxy = self._touch(server_name, proxy_id, None, None)
         if proxy.poll is not None:
             proxy.poll.superseded = True
             proxy.poll.wake.set()
@@ -339,9 +400,12 @@ class ProxyWorkQueue:
     # -- internals -----------------------------------------------------------------------------
 
     def _live(self, proxy: _Proxy, now: float) -> bool:
+        if proxy.host_pid is not None and not pid_alive(proxy.host_pid):
+            # Its host is gone: so is its session, and the proxy with it (whatever its last poll says).
+            return False
         return proxy.poll is not None or now - proxy.last_seen < self._stale_after_s
 
-    def _touch(self, server_name: str, proxy_id: str, pid: int | None) -> _Proxy:
+    def _touch(self, server_name: str, proxy_id: str, pid: int | None, host_pid: int | None) -> _Proxy:
         now = self._clock()
         proxy = self._proxies.get(proxy_id)
         if proxy is None or proxy.server_name != server_name:
@@ -354,14 +418,21 @@ class ProxyWorkQueue:
         proxy.last_seen = now
         if pid is not None:
             proxy.pid = pid
+        self._left.pop(server_name, None)
+        if host_pid is not None and host_pid > 1:
+            proxy.host_pid = host_pid
         seen, self._seen = self._seen, asyncio.Event()
         seen.set()
         return proxy
 
-    def _bind(self, proxy: _Proxy, session_id: str) -> None:
+    def _bind(self, proxy: _Proxy, session_id: str, by: str) -> None:
         if proxy.session_id != session_id:
             proxy.session_id = session_id
-            log_event("proxy.bound", server=proxy.server_name, proxy_id=proxy.proxy_id, session_id=session_id)
+            log_event("proxy.bound", server=proxy.server_name, proxy_id=proxy.proxy_id, session_id=session_id, by=by)
+
+    def _session_of_host(self, host_pid: int) -> str | None:
+        """The newest session whose hooks named ``host_pid``."""
+        return next((s for s, host in reversed(self._hosts.items()) if host == host_pid), None)
 
     def _take(self, proxy: _Proxy) -> _Call | None:
         while proxy.queue:
@@ -371,7 +442,7 @@ class ProxyWorkQueue:
             call.taken = True
             if call.session_id and proxy.session_id is None:
                 # The proxy ran a step of this session: it is that session's from now on.
-                self._bind(proxy, call.session_id)
+                self._bind(proxy, call.session_id, "call")
             return call
         return None
 
@@ -391,7 +462,9 @@ class ProxyWorkQueue:
             return max(mine, key=lambda p: p.order)
         if self._live_sessions(now) - {session_id}:
             raise NoSessionProxyError(f"another session is live and no proxy of {server_name} is bound to this session")
-        unbound = [p for p in live if p.session_id is None]
+        host = self._hosts.get(session_id)
+        # A proxy of another host belongs to another session, whether or not that session's hooks came yet.
+        unbound = [p for p in live if p.session_id is None and (host is None or p.host_pid in (None, host))]
         if unbound:
             return max(unbound, key=lambda p: p.order)
         raise NoSessionProxyError(f"every proxy of {server_name} belongs to another session")
@@ -407,6 +480,11 @@ class ProxyWorkQueue:
             self._drop(proxy)
         for session_id in [s for s, seen in self._sessions.items() if now - seen >= self._session_ttl_s]:
             del self._sessions[session_id]
+            self._hosts.pop(session_id, None)
+        for session_id in [s for s, host in self._hosts.items() if not pid_alive(host)]:
+            # A host that is gone ended its session, SessionEnd or not: it stops counting at once.
+            log_event("session.host_gone", session_id=session_id, host_pid=self._hosts[session_id])
+            self.end_session(session_id)
 
     def _forgettable(self, proxy: _Proxy, now: float) -> bool:
         return proxy.poll is None and not proxy.queue and now - proxy.last_seen >= self._forget_after_s

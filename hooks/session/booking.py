@@ -6,7 +6,7 @@ from the run's state and the transcript usage since its mark (``book``), and que
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -17,7 +17,7 @@ from bir.core.redact import redact_text
 from bir.core.report import build_report
 from bir.core.transcript import ModelUsage, session_cost_usd, usage_since
 from bir.core.truncate import cut
-from bir.hooks.session.ports import ExecutionReports, RunRecorder
+from bir.hooks.session.ports import ExecutionReports
 from bir.hooks.session.state import Run
 from bir.hooks.session.turn import advance
 
@@ -100,6 +100,7 @@ def book(run: Run, usages: Sequence[ModelUsage], sealed_at: float) -> Booking:
         ledger=ledger,
         prompt=run.prompt,
         redact=redact_text,
+        usage=usages,
     )
     return Booking(finish, Report(ticket, scenario_id, decision, body, cost))
 
@@ -123,23 +124,16 @@ def draft(run: Run, ticket: str, *, armed: bool) -> dict[str, Any]:
     return dict(body) if body is not None else {"ticket": ticket, "outcome": "not_steered"}
 
 
-def settle(run: Run, *, recorder: RunRecorder, reports: ExecutionReports, now: float) -> None:
-    """Book the run once: its recording's finish and its execution report (both queued)."""
+def settle(run: Run, *, seal_recording: Callable[[Finish], object], reports: ExecutionReports, now: float) -> None:
+    """Book the run once: its recording's finish (handed to ``seal_recording``, which sends the turn's steps
+    before it) and its execution report (queued)."""
     if not advance(run, "booked"):
         return
     usages = usage_since(run.transcript_path, run.mark) if run.mark is not None else []
     booking = book(run, usages, run.sealed_at or now)
     finish, report = booking.finish, booking.report
     if finish is not None:
-        recorder.finish(
-            run.run_id,
-            finish.output,
-            duration_ms=finish.duration_ms,
-            usage=finish.usage,
-            cost_usd=finish.cost_usd,
-            measured=finish.measured,
-            pricing_version=finish.pricing_version,
-        )
+        seal_recording(finish)
     if report is None:
         return
     log_event(

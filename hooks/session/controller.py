@@ -35,8 +35,8 @@ from bir.hooks import api
 from bir.hooks.server.routes import ReceivedStep
 from bir.hooks.server.work_queue import ProxyWorkQueue
 from bir.hooks.session.arming import Armable, DecisionCode, Decline, ladder
-from bir.hooks.session.booking import draft, settle
-from bir.hooks.session.calls import CallRecording
+from bir.hooks.session.booking import Finish, draft, settle
+from bir.hooks.session.calls import RECORDING_SETTLE_S, CallRecording
 from bir.hooks.session.direct_run import NOT_RUN_NOTE, DirectRunner
 from bir.hooks.session.match_gate import MatchGate, ServiceHealth
 from bir.hooks.session.ports import ExecutionReports, RunRecorder
@@ -89,6 +89,7 @@ class Controller:
         delivery_live: Callable[[], bool],
         wait_for_delivery: Callable[[float], Awaitable[bool]] | None = None,
         expected_wrapped: Callable[[], frozenset[str]] = frozenset,
+        wrap_approved: Callable[[], Awaitable[list[str]]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue = queue
@@ -102,12 +103,19 @@ class Controller:
         self.delivery_live = delivery_live
         self.wait_for_delivery = wait_for_delivery or _no_wait
         self.expected_wrapped = expected_wrapped
+        # Wraps the .mcp.json servers approved in Claude Code since the install (``bir.hooks.wiring``).
+        self.wrap_approved = wrap_approved
+        self._wrapping = asyncio.Lock()
+        # server name → when a SessionStart wrapped it: sessions begun by then run it unwrapped to their end.
+        self._wrapped_late: dict[str, float] = {}
         self.sessions = SessionTable()
         self.health = ServiceHealth()
         self.gate = MatchGate()
         self._clock = clock
         self.reports_of_proxies = ProxyReports(queue.bind)
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Recorded turns being sealed (their steps, then their finish): a shutdown waits for them.
+        self._finishing: set[asyncio.Task[Any]] = set()
         self.direct = DirectRunner(
             queue=queue, sessions=self.sessions, allow=lambda: self.switches().allow, clock=clock
         )
@@ -117,6 +125,7 @@ class Controller:
             service=service,
             allow_servers=lambda: self.switches().allow,
             proxy_report=self.reports_of_proxies.wait,
+            unseen_calls=lambda run: self.calls.unseen(run),  # noqa: PLW0108 - self.calls is built below
             clock=clock,
         )
         self.calls = CallRecording(
@@ -143,7 +152,7 @@ class Controller:
     # -- the hook routes ------------------------------------------------------------------------
 
     async def handle(self, event: str, hook: api.HookInput, deadline: float) -> api.HookAnswer:
-        self.queue.note_session(hook.session_id)
+        self.queue.note_session(hook.session_id, hook.bir_host_pid)
         session = self.sessions.touch(hook.session_id, self._clock())
         handler = {
             "SessionStart": self._on_start,
@@ -169,8 +178,34 @@ class Controller:
         return api.EMPTY_HOOK_ANSWER
 
     async def _on_start(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
-        log_event("session.started", session_id=session.session_id, source=hook.source)
-        return api.EMPTY_HOOK_ANSWER
+        log_event("session.started", session_id=session.session_id, source=hook.source, host_pid=hook.bir_host_pid)
+        wrapped = await self._wrap_approved()
+        if not wrapped:
+            return api.EMPTY_HOOK_ANSWER
+        names = ", ".join(wrapped)
+        # For the user, never the model: this session's servers already started unwrapped.
+        return api.HookAnswer(
+            system_message=f"bir: {names} {'was' if len(wrapped) == 1 else 'were'} approved in Claude Code since "
+            f"bir was installed here; from the next session on {'it runs' if len(wrapped) == 1 else 'they run'} "
+            "behind bir-proxy, so scenarios calling its tools can run direct."
+        )
+
+    async def _wrap_approved(self) -> list[str]:
+        """Servers approved since the install, wrapped now for the next session; once each (the store then
+        knows them). Never raises: a failure is logged and the session goes on."""
+        if self.wrap_approved is None:
+            return []
+        async with self._wrapping:
+            try:
+                wrapped = await self.wrap_approved()
+            except Exception as exc:  # noqa: BLE001 - the host session must never fail because of bir
+                log_event("session.wrap_failed", error=f"{type(exc).__name__}: {exc}"[:500])
+                return []
+        if wrapped:
+            log_event("session.wrapped_approved", servers=wrapped)
+            now = self._clock()
+            self._wrapped_late.update(dict.fromkeys(wrapped, now))
+        return wrapped
 
     async def _on_prompt(self, session: Session, hook: api.HookInput, deadline: float) -> api.HookAnswer:
         switches = self.switches()
@@ -309,7 +344,7 @@ class Controller:
         # them beside the first hooks, and a revived control server after them): the proxies bir installed
         # and bir-scenario's hello are given a moment to land, so the mode is decided on what will be there.
         began = self._clock()
-        unregistered = self._unregistered(matched)
+        unregistered = self._unregistered(matched, self.sessions.get(run.session_id))
         if unregistered:
             log_event("replay.proxy_wait", run_id=run.run_id, servers=sorted(unregistered))
             with contextlib.suppress(TimeoutError):
@@ -365,13 +400,14 @@ class Controller:
         )
         return plan.steering_directive()
 
-    def _unregistered(self, matched: Matched) -> set[str]:
+    def _unregistered(self, matched: Matched, session: Session | None) -> set[str]:
         """The servers of the scenario's MCP steps that bir installed behind a proxy and whose proxy has not
-        registered yet."""
+        registered yet (one wrapped at a SessionStart since this session began will not, in this session)."""
         scenario = matched.scenario
         if scenario is None:
             return set()
-        expected = self.expected_wrapped()
+        began = session.started if session is not None else 0.0
+        expected = {n for n in self.expected_wrapped() if self._wrapped_late.get(n, float("-inf")) < began}
         servers = {parsed[0] for step in scenario.steps if (parsed := parse_qualified_name(step.tool_name))}
         return {name for name in servers if name in expected and name not in self.wrapped}
 
@@ -414,6 +450,8 @@ class Controller:
         tool, tool_use_id = hook.tool_name, hook.tool_use_id
         if tool_use_id is not None:
             self.reports_of_proxies.note_call(tool_use_id, session.session_id)
+        if run is not None:
+            run.saw(tool_use_id)
         if run is None or run.phase in ENDED:
             return api.EMPTY_HOOK_ANSWER
         self._record_plan_steps(run)
@@ -425,6 +463,11 @@ class Controller:
         if plan is None:
             return self.calls.correlate(run, hook)
         if plan.mode != "direct" or run.phase not in LIVE:
+            return api.EMPTY_HOOK_ANSWER
+        if tool == RUN_SCENARIO_TOOL and run.bound_tool_use_id is None and await self.calls.unseen(run):
+            # A call no hook saw came first (made before the `bir` server was connected): §6.4's veto.
+            if self._retire(run, "vetoed"):
+                run.veto_note_for = tool_use_id
             return api.EMPTY_HOOK_ANSWER
         if tool == RUN_SCENARIO_TOOL:
             if run.bound_tool_use_id is None and run.permission_mode != "plan":
@@ -452,13 +495,16 @@ class Controller:
         if run is None or tool_use_id is None:
             return api.EMPTY_HOOK_ANSWER
         call = run.pending.pop(tool_use_id, None)
+        run.saw(tool_use_id)
         self._record_plan_steps(run)
         failed = hook.hook_event_name == "PostToolUseFailure" or hook.error is not None
         if run.recording and not _housekeeping(tool, hook.tool_input) and tool is not None:
             duration = hook.duration_ms if hook.duration_ms is not None else None
             if duration is None and call is not None:
                 duration = (self._clock() - call.started) * 1000
-            self._spawn(run, self.calls.record(run, tool, hook, failed, duration))
+            recording = self._spawn(run, self.calls.record(run, tool, hook, failed, duration))
+            run.recordings.add(recording)
+            recording.add_done_callback(run.recordings.discard)
         event = hook.hook_event_name or "PostToolUse"
         plan = run.plan
         if (
@@ -525,7 +571,9 @@ class Controller:
         entries = plan.entries
         for entry in entries[run.plan_steps_recorded :]:
             if not entry.recorded:
-                self.recorder.step(run.run_id, None, entry.tool_name, dict(entry.input or {}), tool_output=entry.output)
+                # Held like the model's own calls, under a key no host uses, so the flush keeps it where it ran.
+                key = f"bir-plan:{entry.step_index}"
+                self.recorder.hold(run.run_id, key, entry.tool_name, dict(entry.input or {}), tool_output=entry.output)
         run.plan_steps_recorded = len(entries)
 
     def _seal(self, run: Run) -> None:
@@ -547,7 +595,19 @@ class Controller:
         self._finalize(run)
 
     def _finalize(self, run: Run) -> None:
-        settle(run, recorder=self.recorder, reports=self.reports, now=self._clock())
+        settle(
+            run,
+            seal_recording=lambda finish: self._seal_recording(run, finish),
+            reports=self.reports,
+            now=self._clock(),
+        )
+
+    def _seal_recording(self, run: Run, finish: Finish) -> None:
+        """Send a recorded turn's steps, then its finish, once its calls' recordings settle (in the background)."""
+        sealing = asyncio.ensure_future(self.calls.seal(run, finish))
+        self._finishing.add(sealing)
+        sealing.add_done_callback(self._finishing.discard)
+        sealing.add_done_callback(_log_failure)
 
     # -- decisions ----------------------------------------------------------------------------------
 
@@ -606,6 +666,8 @@ class Controller:
             if session.run is not None:
                 self._seal(session.run)
                 self._finalize(session.run)
+        if self._finishing:
+            await asyncio.wait(set(self._finishing), timeout=RECORDING_SETTLE_S + 1.0)
         for task in list(self._tasks):
             task.cancel()
 

@@ -32,6 +32,7 @@ import msgspec
 
 from bir.core import config
 from bir.core.atomic import write_atomic
+from bir.core.home_files import open_private, private_dir, read_private
 from bir.core.log import log_event
 from bir.core.service import ServiceClient, ServiceError
 from bir.hooks.discovery import discovery_key
@@ -53,6 +54,8 @@ from bir.hooks.session.outbox_state import (
 
 LEDGER_FILE: Final = "tickets.json"
 _LOCK_FILE: Final = ".lock"
+# The ticket ledger is pruned on every write; past this it is not ours.
+_MAX_LEDGER_BYTES: Final = 16 * 1024 * 1024
 _ITEM_GLOB: Final = "s*.json"
 # The loop looks again at least this often: for drafts another instance left and for clock jumps.
 _IDLE_POLL_S: Final = 60.0
@@ -98,8 +101,7 @@ class Outbox:
         self._clock = clock
         self._cooldown = cooldown
         self.instance = secrets.token_hex(8)
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        directory.chmod(0o700)
+        private_dir(directory.parent.parent, directory.parent.name, directory.name)
         self._items: dict[str, tuple[Item, int]] = {}
         self._seq = 0
         self._failures = 0
@@ -130,7 +132,7 @@ class Outbox:
     def _load(self) -> None:
         for path in sorted(self.directory.glob(_ITEM_GLOB)):
             try:
-                data = path.read_bytes()
+                data = read_private(path, self.policy.max_item_bytes)
                 item = _item_decoder.decode(data)
             except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
                 # Kept aside, not deleted: bad input loses nothing, and it is never read again.
@@ -143,7 +145,7 @@ class Outbox:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self.directory / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_private(self.directory / _LOCK_FILE, "update")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -153,7 +155,7 @@ class Outbox:
     def _read_ledger(self) -> TicketLedger:
         path = self.directory / LEDGER_FILE
         try:
-            data = msgspec.json.decode(path.read_bytes())
+            data = msgspec.json.decode(read_private(path, _MAX_LEDGER_BYTES))
         except FileNotFoundError:
             return TicketLedger()
         except (OSError, msgspec.DecodeError) as exc:

@@ -16,17 +16,19 @@ class RunRecorder(Protocol):
 
     def start(self, run_id: str) -> None: ...
 
-    def step(
+    def hold(
         self,
         run_id: str,
-        step_index: int | None,
+        key: str,
         tool_name: str,
         tool_input: object,
         *,
         tool_output: object,
         error: str | None = None,
         duration_ms: int | None = None,
-    ) -> int | None: ...
+    ) -> bool: ...
+
+    def flush(self, run_id: str, order: Sequence[str]) -> int: ...
 
     def finish(
         self,

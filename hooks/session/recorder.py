@@ -1,19 +1,21 @@
 """The per-turn recorder: what a recorded run (a miss) sends the service, through the outbox (spec §2, §12).
 
-The controller calls ``start`` when the match created a run, ``step`` as each tool call settles and
-``finish`` once at seal. The recorder makes the wire bodies (redacted, capped) and hands them to the
-outbox; it does no HTTP of its own, so no hook waits on the network. A hit creates no run: the
-controller never calls ``start`` for it, and ``step``/``finish`` for a run never started do nothing.
-Without a configured service nothing is enqueued at all. bir's own calls (``is_housekeeping``) are
-never steps and take no index.
+The controller calls ``start`` when the match created a run, ``hold`` as each tool call settles, and at
+seal ``flush`` (the held steps in the order the model made the calls, which only the transcript knows
+once every call is in it: a call made before the ``bir`` server that carries the tool hooks connected is
+seen by no hook, and is held from the transcript then) and ``finish``. The recorder makes the wire bodies
+(redacted, capped) when a step is held, so what waits is bounded, and hands them to the outbox; it does no
+HTTP of its own, so no hook waits on the network. A hit creates no run: the controller never calls
+``start`` for it, and ``hold``/``step``/``finish`` for a run never started do nothing. Without a configured
+service nothing is enqueued at all. bir's own calls (``is_housekeeping``) are never steps and take no index.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from bir.core.housekeeping import is_housekeeping
 from bir.core.log import log_event
@@ -23,29 +25,43 @@ from bir.hooks.session.outbox import Outbox
 
 # Runs remembered at once; the oldest is forgotten past this (a turn long gone that never sealed).
 MAX_RUNS: Final = 1_024
+# Steps a run holds until its seal; past this a step is queued at once (in settle order).
+MAX_HELD_STEPS: Final = 256
 
 
 @dataclass
 class _Run:
     next_index: int = 0
     finished: bool = False
+    # call key (the host's tool_use_id) → the step's body, without its index: made when held, sent at flush.
+    held: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
 
 
 class Recorder:
-    """Records the runs of one control server. ``outbox`` may be None only when ``service_configured`` is false."""
+    """Records the runs of one control server. ``outbox`` may be None only when ``service_configured`` is false.
+
+    ``service_configured`` may be a callable, asked at each use: a control server's service client
+    follows ``bir login`` and ``bir logout`` while it runs, and so does what it records.
+    """
 
     def __init__(
         self,
         outbox: Outbox | None,
-        service_configured: bool,
+        service_configured: bool | Callable[[], bool],
         *,
         max_output_chars: int = MAX_OUTPUT_CHARS,
         max_runs: int = MAX_RUNS,
     ) -> None:
-        self._outbox = outbox if service_configured else None
+        self._given_outbox = outbox
+        self._configured = service_configured
         self._max_output_chars = max_output_chars
         self._max_runs = max_runs
         self._runs: OrderedDict[str, _Run] = OrderedDict()
+
+    @property
+    def _outbox(self) -> Outbox | None:
+        configured = self._configured() if callable(self._configured) else self._configured
+        return self._given_outbox if configured else None
 
     @property
     def sending(self) -> bool:
@@ -90,9 +106,90 @@ class Recorder:
         if step_index is None:
             step_index = run.next_index
         run.next_index = max(run.next_index, step_index + 1)
-        if self._outbox is None:
+        outbox = self._outbox
+        if outbox is None:
             return step_index
-        body = step_body(
+        outbox.enqueue_step(
+            run_id,
+            step_index,
+            self._body(
+                step_index, tool_name, tool_input, tool_output=tool_output, error=error, duration_ms=duration_ms
+            ),
+        )
+        return step_index
+
+    def hold(
+        self,
+        run_id: str,
+        key: str,
+        tool_name: str,
+        tool_input: object,
+        *,
+        tool_output: object,
+        error: str | None = None,
+        duration_ms: int | None = None,
+    ) -> bool:
+        """Keep one settled call of ``run_id`` (``key``: the host's tool-use id) until ``flush`` orders it;
+        True when it will be recorded. A key held already, housekeeping, a run never started or finished
+        hold nothing; past ``MAX_HELD_STEPS`` the step is queued at once."""
+        run = self._runs.get(run_id)
+        if run is None or run.finished or key in run.held or is_housekeeping(tool_name, tool_input):
+            return False
+        if len(run.held) >= MAX_HELD_STEPS:
+            return self.step(run_id, None, tool_name, tool_input, tool_output=tool_output, error=error) is not None
+        # Without a service nothing is sent: only the order (the indexes) is kept.
+        run.held[key] = (
+            self._body(0, tool_name, tool_input, tool_output=tool_output, error=error, duration_ms=duration_ms)
+            if self._outbox
+            else {}
+        )
+        return True
+
+    def holds(self, run_id: str, key: str) -> bool:
+        """Whether a step of ``run_id`` is held under ``key``."""
+        run = self._runs.get(run_id)
+        return run is not None and key in run.held
+
+    def flush(self, run_id: str, order: Sequence[str]) -> int:
+        """Queue every held step of ``run_id``: those named in ``order`` in that order, each followed by the
+        steps ``order`` does not name that settled after it (a plan's step run through a proxy stays where it
+        ran); returns how many. Each takes the run's next index."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return 0
+        named = [key for key in dict.fromkeys(order) if key in run.held]
+        known = set(named)
+        # Each step the order does not name follows the named step that settled last before it.
+        after: dict[str | None, list[str]] = {}
+        last: str | None = None
+        for key in run.held:
+            if key in known:
+                last = key
+            else:
+                after.setdefault(last, []).append(key)
+        keys = list(after.get(None, ()))
+        for key in named:
+            keys += [key, *after.get(key, ())]
+        for key in keys:
+            body = run.held.pop(key)
+            step_index = run.next_index
+            run.next_index += 1
+            outbox = self._outbox
+            if outbox is not None:
+                outbox.enqueue_step(run_id, step_index, {**body, "stepIndex": step_index})
+        return len(keys)
+
+    def _body(
+        self,
+        step_index: int,
+        tool_name: str,
+        tool_input: object,
+        *,
+        tool_output: object,
+        error: str | None,
+        duration_ms: int | None,
+    ) -> dict[str, Any]:
+        return step_body(
             step_index,
             tool_name,
             tool_input,
@@ -101,8 +198,6 @@ class Recorder:
             duration_ms=duration_ms,
             max_chars=self._max_output_chars,
         )
-        self._outbox.enqueue_step(run_id, step_index, body)
-        return step_index
 
     def finish(
         self,
@@ -122,8 +217,11 @@ class Recorder:
         run = self._runs.get(run_id)
         if run is None or run.finished:
             return False
+        # A step still held goes first, as it settled: the finish is the run's last word.
+        self.flush(run_id, ())
         run.finished = True
-        if self._outbox is None:
+        outbox = self._outbox
+        if outbox is None:
             return False
         body = finish_body(
             output,
@@ -134,4 +232,4 @@ class Recorder:
             pricing_version=pricing_version,
             max_chars=self._max_output_chars,
         )
-        return self._outbox.enqueue_finish(run_id, body)
+        return outbox.enqueue_finish(run_id, body)

@@ -24,6 +24,8 @@ from bir.hooks.session.turn import Phase
 MAX_SESSIONS: Final = 256
 SESSION_IDLE_S: Final = 6 * 3600.0
 MAX_PENDING_CALLS: Final = 256
+# Tool-use ids a run's hooks saw (a call no hook saw is recorded from the transcript, and never pinned past).
+MAX_SEEN_CALLS: Final = 4096
 
 
 @dataclass
@@ -94,9 +96,17 @@ class Run:
     last_answer: str | None = None
     sealed_at: float | None = None
     pending: dict[str, PendingCall] = field(default_factory=dict)
+    seen_calls: set[str] = field(default_factory=set)
     # A steer plan's pins and notes (§7); None for a direct plan or no plan.
     steer: SteerState | None = None
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    # The recording of a settled call (it may wait for its proxy's report): the seal waits for them.
+    recordings: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def saw(self, tool_use_id: str | None) -> None:
+        """A hook of this run saw the call ``tool_use_id``."""
+        if tool_use_id is not None and len(self.seen_calls) < MAX_SEEN_CALLS:
+            self.seen_calls.add(tool_use_id)
 
     @property
     def ticket(self) -> str | None:
@@ -116,6 +126,8 @@ class Session:
     last_seen: float
     run: Run | None = None
     pending_note: str | None = None
+    # When this server first heard of the session (monotonic).
+    started: float = 0.0
 
 
 class SessionTable:
@@ -128,7 +140,7 @@ class SessionTable:
 
     def touch(self, session_id: str, now: float | None = None) -> Session:
         now = time.monotonic() if now is None else now
-        session = self._sessions.pop(session_id, None) or Session(session_id, now)
+        session = self._sessions.pop(session_id, None) or Session(session_id, now, started=now)
         session.last_seen = now
         self._sessions[session_id] = session
         self._prune(now)

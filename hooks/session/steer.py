@@ -53,6 +53,15 @@ OWN_ARGUMENTS_NOTE: Final = (
     f"{TAG} The prepared tool sequence for this request is no longer steered: the arguments of your tool "
     "calls are your own from now on. Continue the task yourself."
 )
+UNSEEN_NOTE: Final = (
+    f"{TAG} An earlier tool call of yours ran before bir could see it, so the prepared tool sequence for this "
+    "request is no longer steered: the arguments of your tool calls are your own from now on. Continue the "
+    "task yourself, and do not repeat what already ran."
+)
+
+
+async def _none_unseen(run: Run) -> list[Any]:
+    return []
 
 
 def _answer(decision: api.HookSpecificOutput) -> api.HookAnswer:
@@ -95,6 +104,7 @@ class SteerDriver:
         service: ServiceClient,
         allow_servers: Callable[[], frozenset[str] | None],
         proxy_report: Callable[[str, float], Awaitable[api.StepReport | None]],
+        unseen_calls: Callable[[Run], Awaitable[list[Any]]] = _none_unseen,
         home: Callable[[], Path] = config.home,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -103,6 +113,8 @@ class SteerDriver:
         self.service = service
         self.allow_servers = allow_servers
         self.proxy_report = proxy_report
+        # This turn's calls no hook saw (made before the tool hooks' server connected), from the transcript.
+        self.unseen_calls = unseen_calls
         self.home = home
         self._clock = clock
 
@@ -128,6 +140,13 @@ class SteerDriver:
             if pin is not None and not await self._wait_for_thread(pin, deadline):
                 return self._concurrent(run, plan, pin)
             if run.phase not in LIVE or plan.stopped or plan.is_done():
+                return api.EMPTY_HOOK_ANSWER
+            first = not state.pins and plan.current_step_index == 0 and tool_use_id is not None
+            if first and tool_use_id is not None and await self.unseen_calls(run):
+                # The model already did something no hook saw (maybe a step): nothing is pinned or run past
+                # it, and the task is handed back (§7).
+                state.notes[tool_use_id] = UNSEEN_NOTE
+                self._end(run, plan, "retired")
                 return api.EMPTY_HOOK_ANSWER
             advance(run, "started")
             if tool_use_id is not None and tool == plan.expected_tool():

@@ -35,7 +35,7 @@ def read_switches(project: Path) -> SwitchReader:
             stored = installed.project(project)
         except installed.StoreError:
             stored = None
-        replay = config.get_flag("BIR_REPLAY") is not False and stored is not None and stored.replay
+        replay = installed.replay_on(stored)
         allow = config.get_list("BIR_REPLAY_ALLOW_SERVERS")
         if allow is None and stored is not None and stored.allow is not None:
             allow = tuple(stored.allow)

@@ -226,6 +226,11 @@ def test_a_body_that_fails_in_the_floor_is_one_line_on_stderr_and_exit_1(
     monkeypatch.setattr(bench_module, "CASES", (broken,))
     assert run_eval_bench(quick=True, as_json=True, counts=TINY) == 1
     captured = capsys.readouterr()
+    assert json.loads(captured.out)["error"] == "could_not_measure"
+    assert "boom" in json.loads(captured.out)["message"]
+    assert "bir bench eval:" not in captured.err
+    assert run_eval_bench(quick=True, as_json=False, counts=TINY) == 1
+    captured = capsys.readouterr()
     assert captured.out == ""
     message = [line for line in captured.err.splitlines() if line.startswith("bir bench eval:")]
     assert len(message) == 1

@@ -89,7 +89,7 @@ def test_a_call_that_fails_ends_the_run_with_one_line_and_stops_every_server(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bench, "_arguments", lambda tool, round_no: {"id": "dev-999"})
-    assert run_proxy_bench(quick=True, as_json=True, iterations=2) == 1
+    assert run_proxy_bench(quick=True, as_json=False, iterations=2) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     message = [line for line in captured.err.splitlines() if line.startswith("bir bench proxy:")]
@@ -118,7 +118,7 @@ def test_the_iteration_override_keeps_a_warm_up_and_refuses_zero() -> None:
 def test_bir_bench_proxy_is_a_subcommand_with_quick_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[dict[str, bool]] = []
 
-    def fake(*, quick: bool, as_json: bool) -> int:
+    def fake(*, quick: bool, as_json: bool, progress: object) -> int:
         seen.append({"quick": quick, "as_json": as_json})
         return 0
 

@@ -6,6 +6,7 @@ Shape and honesty only (every figure comes from the run): never speed.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,8 @@ def _scenario_with(tmp_path: Path, **changes: Any) -> Path:
     return path
 
 
-def _run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    assert main(["bench", "eval", *argv, "--json"]) == 0
+def _run_json(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 0) -> dict[str, Any]:
+    assert main(["bench", "eval", *argv, "--json"]) == code
     report: dict[str, Any] = json.loads(capsys.readouterr().out)
     return report
 
@@ -109,17 +110,44 @@ def test_every_body_of_the_scenario_is_timed_with_the_outputs_file_in_one_json_d
     }
     assert report["measured_with_timeout_ms"] == 10_000
     assert report["failed"] == []
+    assert report["unmeasured"] == []
 
 
-def test_a_step_without_an_output_is_listed_as_not_timed_and_the_text_says_why(
+def test_a_step_without_an_output_is_not_timed_and_then_no_limit_is_called_fitting(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["bench", "eval", "--scenario", str(MIXED), "--calls", "3"]) == 0
+    assert main(["bench", "eval", "--scenario", str(MIXED), "--calls", "3"]) == 1
     text = capsys.readouterr().out
-    assert "step 0 toolOutputLogic" in text
-    assert "no output for this step" in text
+    assert "could not measure 3 of 8 bodies:" in text
+    assert "  step 0 toolOutputLogic: no output for this step" in text
+    assert "no BIR_LOGIC_TIMEOUT_MS is suggested" in text
+    assert "BIR_LOGIC_TIMEOUT_MS=" not in text
     assert "BIR_LOGIC_TIMEOUT_MS is 1000 ms, from the default" in text
     assert "within 2x of the current limit: none." in text
+
+
+def test_a_body_that_never_finishes_is_named_and_no_value_is_suggested(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, outputs_file: Path
+) -> None:
+    scenario = _scenario_with(tmp_path, paramsLogic="while (true) {}")
+    report = _run_json(capsys, "--scenario", str(scenario), "--outputs", str(outputs_file), "--calls", "2", code=1)
+    assert report["suggested"] is None
+    assert [u["body"] for u in report["unmeasured"]] == ["paramsLogic"]
+    assert report["unmeasured"][0]["why"].startswith("timeout: ")
+    # The others still ran once and were timed, on the samples paramsLogic would have turned into params.
+    assert all(b["calls"] == 2 for b in report["bodies"][1:])
+
+
+def test_outputs_can_be_what_bir_replay_json_printed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fleet = f"fleet={sys.executable} -m bir.examples.fleet_server"
+    argv = ["replay", "--scenario", "fleet-direct", "--prompt", "x", "--param", "region=eu-west-1", "--wrap", fleet]
+    assert main([*argv, "--json"]) == 0
+    replayed = tmp_path / "replayed.json"
+    replayed.write_text(capsys.readouterr().out, encoding="utf-8")
+    report = _run_json(capsys, "--scenario", "fleet-direct", "--outputs", str(replayed), "--calls", "2")
+    assert report["unmeasured"] == []
+    assert {b["output_source"] for b in report["bodies"] if b["kind"] == "toolOutputLogic"} == {"--outputs"}
+    assert report["suggested"] is not None
 
 
 def test_a_slow_body_is_measured_as_slow_and_flagged_near_a_limit_set_in_the_environment(
@@ -146,12 +174,13 @@ def test_a_body_that_throws_is_reported_with_its_error_and_the_others_are_still_
     capsys: pytest.CaptureFixture[str], tmp_path: Path, outputs_file: Path
 ) -> None:
     scenario = _scenario_with(tmp_path, responseParamsLogic="throw new Error('no model today')")
-    report = _run_json(capsys, "--scenario", str(scenario), "--outputs", str(outputs_file), "--calls", "2")
+    report = _run_json(capsys, "--scenario", str(scenario), "--outputs", str(outputs_file), "--calls", "2", code=1)
     response = report["bodies"][-1]
     assert response["calls"] == 0
     assert response["error"].startswith("threw: ")
     assert "no model today" in response["error"]
     assert report["failed"] == ["responseParamsLogic"]
+    assert report["suggested"] is None
     assert all(b["calls"] == 2 for b in report["bodies"][:-1])
 
 
@@ -194,7 +223,7 @@ def test_a_bad_outputs_file_is_one_line_on_stderr_and_a_usage_exit(
 
 def test_a_missing_scenario_file_is_a_usage_exit(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["bench", "eval", "--scenario", str(tmp_path / "nope.json")]) == 2
-    assert "cannot read" in capsys.readouterr().err
+    assert "is neither a scenario file, a packaged scenario" in capsys.readouterr().err
 
 
 def test_the_suggested_limit_is_a_margin_over_the_slowest_call_within_the_ceiling() -> None:

@@ -107,3 +107,8 @@ def test_settings_say_where_each_value_comes_from_and_never_show_a_secret() -> N
 def test_bir_secrets_are_left_out_of_an_environment_passed_on() -> None:
     env = {"PATH": "/bin", "BIR_TOKEN": "t", "BIR_DERIVE_API_KEY": "k", "ANTHROPIC_API_KEY": "a", "BIR_HOME": "/h"}
     assert config.without_secrets(env) == {"PATH": "/bin", "ANTHROPIC_API_KEY": "a", "BIR_HOME": "/h"}
+
+
+def test_bir_config_never_shows_a_url_s_userinfo() -> None:
+    rows = {row.name: row for row in config.settings({"BIR_AUTH_URL": "https://me:hunter22@basein.example.com"})}
+    assert rows["BIR_AUTH_URL"].value == "https://***@basein.example.com"

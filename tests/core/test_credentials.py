@@ -58,8 +58,8 @@ def test_the_service_client_falls_back_to_the_stored_sign_in() -> None:
     client = ServiceClient()
     assert client.configured
     assert client.base_url == "https://stored.example.com"
-    assert client._token == "stored-token"
-    assert ServiceClient("https://elsewhere.example.com")._token is None
+    assert client._sign_in() == ("https://stored.example.com", "stored-token")
+    assert ServiceClient("https://elsewhere.example.com")._sign_in() == ("https://elsewhere.example.com", None)
 
 
 def test_removing_the_sign_in_says_whether_there_was_one() -> None:
@@ -67,3 +67,18 @@ def test_removing_the_sign_in_says_whether_there_was_one() -> None:
     assert credentials.remove() is True
     assert credentials.remove() is False
     assert not Path(os.environ["BIR_HOME"], "credentials.json").exists()
+
+
+def test_a_plain_http_url_to_another_host_is_refused_and_nothing_is_stored() -> None:
+    with pytest.raises(ValueError, match="is not https"):
+        credentials.save("http://basein.example.com", "tok-1")
+    assert not credentials.credentials_path().exists()
+    assert credentials.save("http://127.0.0.1:8080/", "tok-1").url == "http://127.0.0.1:8080"
+
+
+def test_the_stored_token_is_redacted_by_value_once_read() -> None:
+    from bir.core.redact import redact_text
+
+    credentials.save("https://basein.example.com", "plain-looking-secret-42")
+    assert credentials.load() is not None
+    assert redact_text("echo plain-looking-secret-42") == "echo [REDACTED]"

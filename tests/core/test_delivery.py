@@ -1,5 +1,6 @@
 import os
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -53,3 +54,11 @@ def test_bundle_files_older_than_an_hour_are_swept(tmp_path: Path) -> None:
     os.utime(other, (hour_ago, hour_ago))
     assert sweep(folder) == 1
     assert sorted(p.name for p in folder.iterdir()) == ["bundle-new.txt", "keep.txt"]
+
+
+def test_the_bash_delivery_prints_no_control_character(tmp_path: Path) -> None:
+    text = "\x1b]0;owned\x07title \x1b[2Jand \x9b31mred\r\nsecond line\tend"
+    found = deliver(text, "Bash", tmp_path)
+    assert found.command is not None
+    printed = subprocess.run(["bash", "-c", found.command], capture_output=True, text=True, check=True).stdout
+    assert printed == "]0;ownedtitle [2Jand 31mred\nsecond line\tend\n"

@@ -6,6 +6,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from bir.core import log
 
 
@@ -68,3 +70,12 @@ def test_log_lines_go_to_a_private_file_that_rotates_past_its_size(tmp_path: Pat
     lines = [json.loads(line) for path in (rotated, target) for line in path.read_text().splitlines()]
     assert lines[-1]["i"] == 39
     assert all(line["event"] == "test.line" for line in lines)
+
+
+def test_no_known_secret_and_no_userinfo_is_ever_written_to_a_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BIR_TOKEN", "plainwordsecret")
+    error = "GET https://me:pw@basein.example.com with plainwordsecret"
+    line = log.format_event("service.request_failed", {"error": error})
+    assert "plainwordsecret" not in line
+    assert ":pw@" not in line
+    assert "https://***@basein.example.com" in line

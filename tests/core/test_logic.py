@@ -14,7 +14,7 @@ from bir.core.logic import (
     eval_tool_output_logic,
     merge_resp_params,
 )
-from bir.core.types import Scenario, ScenarioStep
+from bir.core.types import Scenario, ScenarioStep, parse_scenario
 from bir.evaluator import EvaluatorPool, LogicError
 from tests.paths import load_scenario as fixture
 
@@ -142,3 +142,35 @@ async def test_an_argument_that_is_not_json_is_a_logic_error(pool: EvaluatorPool
 
 def test_merged_output_keys_replace_earlier_ones() -> None:
     assert merge_resp_params({"a": 1, "b": 2}, {"b": 3, "c": 4}) == {"a": 1, "b": 3, "c": 4}
+
+
+def test_the_contract_names_each_bodys_parameters_as_the_evaluator_compiles_them() -> None:
+    from bir.core.logic import PARAMETERS
+    from bir.evaluator.realm import PARAMETERS as REALM
+
+    assert dict(PARAMETERS) == REALM
+
+
+async def test_every_body_that_does_not_compile_is_found_without_running_any(pool: EvaluatorPool) -> None:
+    from bir.core.logic import compile_check
+
+    scenario = parse_scenario(
+        {
+            "paramsLogic": "while (true) {}",  # compiles: it is never run here
+            "responseParamsLogic": "return { a: ;",
+            "steps": [
+                {"stepIndex": 0, "toolName": "Read", "toolInputLogic": "return {}; }; const x = function () {"},
+                {"stepIndex": 1, "toolName": "Read", "toolOutputLogic": "const t = 1;\nreturn t..y;"},
+            ],
+        }
+    )
+    failures = await compile_check(pool, scenario)
+    assert [(f.label, f.step_index) for f in failures] == [
+        ("step 0 toolInputLogic", 0),
+        ("step 1 toolOutputLogic", 1),
+        ("responseParamsLogic", None),
+    ]
+    assert failures[0].message == "toolInputLogic is not a function body: it closes its function early"
+    assert failures[1].message.startswith("toolOutputLogic does not compile: SyntaxError")
+    assert failures[1].message.endswith("(line 2 of the body)")
+    assert await compile_check(pool, fixture("fleet-direct.json")) == []

@@ -279,3 +279,38 @@ def test_reasons_stay_short_whatever_the_arguments() -> None:
     verdict = pin_compatible("mcp__x__nav", {"url": "https://a/" + "x" * 10_000}, {"url": "https://b/" + "y" * 10_000})
     assert not verdict.ok
     assert len(verdict.reason) < 300
+
+
+# --- what a pinned command writes or executes (issue 16) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "step", "said"),
+    [
+        ("cat README.md", "cat README.md > /home/user/.bashrc", "`> /home/user/.bashrc`"),
+        ("git log -1", "git -c core.pager=sh log -1", "`git -c core.pager=sh`"),
+        ("find . -name '*.tmp'", "find . -name '*.tmp' -exec sh -c x {} \\;", "`find -exec sh -c x {}`"),
+        ("curl https://example.com", "curl -o /home/user/.bashrc https://example.com", "`curl -o"),
+        ("tar -tf a.tar", "tar -C / -xf a.tar", "`tar -C /`"),
+        ("sed s/a/b/ f", "sed -i s/a/b/ f", "`sed -i`"),
+        ("curl -o a.json https://example.com", "curl -o b.json https://example.com", "`curl -o b.json`"),
+    ],
+)
+def test_a_step_writing_or_executing_where_the_call_does_not_is_declined(model: str, step: str, said: str) -> None:
+    ok, reason = bash(model, step)
+    assert not ok
+    assert said in reason
+
+
+@pytest.mark.parametrize(
+    ("model", "step"),
+    [
+        ("git log > out.txt", "git log -1 > out.txt"),
+        ("curl -o a.json https://x", "curl -sSo a.json https://y"),
+        ("ls > listing.txt", "ls"),
+        ("git log 2>/dev/null", "git log"),
+    ],
+)
+def test_a_step_writing_only_where_the_call_does_pins(model: str, step: str) -> None:
+    ok, reason = bash(model, step)
+    assert ok, reason

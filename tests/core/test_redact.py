@@ -168,3 +168,15 @@ def test_deeply_nested_data_is_bounded() -> None:
     for _ in range(500):
         deep = [deep]
     assert redact(deep) is not None
+
+
+@pytest.mark.parametrize("name", ["BIR_TOKEN", "BIR_DERIVE_API_KEY", "ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"])
+def test_a_known_secret_is_redacted_by_value_whatever_its_form(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(name, "hunter2hunter2")
+    assert redact_text("the value hunter2hunter2, again:hunter2hunter2") == "the value [REDACTED], again:[REDACTED]"
+    assert redact({"note": "x hunter2hunter2", "hunter2hunter2": 1}) == {"note": "x [REDACTED]", "[REDACTED]": 1}
+
+
+def test_a_secret_too_short_to_tell_from_a_word_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BIR_TOKEN", "abc")
+    assert redact_text("abc def") == "abc def"

@@ -8,7 +8,8 @@ import pytest
 
 from bir.core.outcome import Outcome, StepLedger, StepVerdict
 from bir.core.pricing import PRICING_VERSION
-from bir.core.report import MAX_ERROR_CHARS, MAX_PROMPT_CHARS, build_report
+from bir.core.report import MAX_ERROR_CHARS, MAX_PROMPT_CHARS, MAX_USAGE_MODELS, build_report
+from bir.core.transcript import ModelUsage
 
 
 def _report(ledger: StepLedger | None = None, **overrides: Any) -> dict[str, Any] | None:
@@ -150,3 +151,38 @@ def test_a_report_without_a_ticket_or_prompt_leaves_them_out_and_is_plain_json()
 def test_an_unknown_outcome_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown outcome"):
         _report(outcome="direct")
+
+
+def test_the_turns_usage_goes_per_model_in_the_finishs_shape_and_is_left_out_when_there_is_none() -> None:
+    usage = [
+        ModelUsage("claude-haiku-4-5", input_tokens=10, output_tokens=2),
+        ModelUsage("claude-sonnet-4-5", input_tokens=1000, output_tokens=100, cache_read_input_tokens=5000),
+    ]
+    report = _report(usage=usage)
+    assert report is not None
+    assert report["usage"] == [
+        {
+            "model": "claude-haiku-4-5",
+            "inputTokens": 10,
+            "outputTokens": 2,
+            "cacheCreationInputTokens": 0,
+            "cacheReadInputTokens": 0,
+        },
+        {
+            "model": "claude-sonnet-4-5",
+            "inputTokens": 1000,
+            "outputTokens": 100,
+            "cacheCreationInputTokens": 0,
+            "cacheReadInputTokens": 5000,
+        },
+    ]
+    without = _report()
+    assert without is not None
+    assert "usage" not in without
+
+
+def test_the_usage_is_bounded_to_its_first_models() -> None:
+    usage = [ModelUsage(f"model-{n:03d}", input_tokens=n) for n in range(MAX_USAGE_MODELS + 30)]
+    report = _report(usage=usage)
+    assert report is not None
+    assert [u["model"] for u in report["usage"]] == [f"model-{n:03d}" for n in range(MAX_USAGE_MODELS)]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from bir.core.safety import check_derived_values, plan_runs_input, strictness
-from bir.core.types import Scenario, parse_scenario
+from bir.core.safety import check_derived_values, check_output_values, plan_runs_input, strictness
+from bir.core.types import Scenario, ScenarioStep, parse_scenario
 from tests.paths import SCENARIOS
 
 
@@ -141,3 +141,81 @@ def test_a_huge_value_is_checked_within_bounds() -> None:
     for _ in range(100):
         deep = [deep]
     assert not check_derived_values(plan("Bash", d=None), {"d": deep}).ok
+
+
+# --- values read from earlier outputs (issue 16) -------------------------------------------------
+
+
+def step(tool: str, body: str) -> ScenarioStep:
+    return ScenarioStep(step_index=1, tool_name=tool, tool_input_logic=body)
+
+
+CAT_FILE = "return { command: 'cat ' + respParams.file };"
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("README.md > /home/user/.bashrc", "contains a shell metacharacter '>'"),
+        ("README.md; rm -rf ~", "contains a shell metacharacter ';'"),
+        ("-c", "starts with '-'"),
+        ("a b", "contains whitespace"),
+        ("*.md", "contains a glob"),
+        ("~/.bashrc", "contains a tilde"),
+        ("x\ny", "contains a line break"),
+        (-1, "starts with '-'"),
+    ],
+)
+def test_a_value_from_an_earlier_output_that_a_shell_step_reads_must_be_a_plain_word(value: object, said: str) -> None:
+    verdict = check_output_values(step("Bash", CAT_FILE), {"file": value})
+    assert not verdict.ok
+    assert verdict.name == "file"
+    assert verdict.reason.startswith("respParams.file: ")
+    assert said in verdict.reason
+
+
+def test_plain_words_numbers_and_paths_from_earlier_outputs_pass() -> None:
+    verdict = check_output_values(step("Bash", CAT_FILE), {"file": "docs/README.md", "n": 3})
+    assert verdict.ok, verdict.reason
+    assert check_output_values(step("Bash", CAT_FILE), {"file": 12}).ok
+
+
+def test_only_the_keys_a_body_names_are_checked() -> None:
+    resp = {"file": "README.md", "title": "My project; the best > all"}
+    assert check_output_values(step("Bash", CAT_FILE), resp).ok
+    bracketed = step("Bash", "return { command: 'cat ' + respParams['title'] };")
+    assert not check_output_values(bracketed, resp).ok
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "const { file } = respParams; return { command: 'cat ' + file };",
+        "const k = 'title'; return { command: 'cat ' + respParams[k] };",
+        "return { command: 'cat ' + arguments[1].title };",
+        "return { command: JSON.stringify(respParams) };",
+    ],
+)
+def test_a_body_reading_resp_params_any_other_way_has_every_value_checked(body: str) -> None:
+    verdict = check_output_values(step("Bash", body), {"file": "README.md", "title": "a > b"})
+    assert not verdict.ok
+    assert verdict.name == "title"
+
+
+def test_an_mcp_tool_that_runs_its_input_is_held_to_the_same_rule() -> None:
+    sql = step("mcp__db__execute_sql", "return { sql: 'SELECT * FROM t WHERE id = ' + respParams.id };")
+    assert not check_output_values(sql, {"id": "1 OR 1=1"}).ok
+    assert check_output_values(sql, {"id": "42"}).ok
+
+
+def test_a_file_writing_step_refuses_only_line_breaks_and_nul() -> None:
+    edit = step("Edit", "return { file_path: 'a.txt', old_string: 'x', new_string: respParams.text };")
+    assert check_output_values(edit, {"text": "a > b; c"}).ok
+    assert "line break" in check_output_values(edit, {"text": "a\nimport os"}).reason
+    assert "NUL" in check_output_values(edit, {"text": "a\x00"}).reason
+
+
+def test_a_step_that_neither_runs_nor_writes_reads_anything() -> None:
+    read = step("Read", "return { file_path: respParams.path };")
+    assert check_output_values(read, {"path": "a > b; $(c)"}).ok
+    assert check_output_values(step("mcp__fleet__get_device", "return { id: respParams.id };"), {"id": "x;y"}).ok

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import json
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import httpx
 import pytest
 
-from bir.core import log
+from bir.core import credentials, log
 from bir.core.service import MAX_ERROR_CHARS, ServiceClient, ServiceError
 from tests.fakes.baseinsvc import PRICING_VERSION, Canned, FakeBaseIn
 from tests.fakes.fixtures import running_fake_service
@@ -170,7 +170,7 @@ async def test_identifiers_are_quoted_into_one_path_segment() -> None:
         seen.append(request.url.raw_path)
         return httpx.Response(404, json={"error": "run not found"})
 
-    async with ServiceClient("http://service.invalid", "t", transport=httpx.MockTransport(handler)) as service:
+    async with ServiceClient("https://service.invalid", "t", transport=httpx.MockTransport(handler)) as service:
         with pytest.raises(ServiceError):
             await service.get_run_steps("../../scenarios/scn_x")
     assert seen == [b"/recordings/runs/..%2F..%2Fscenarios%2Fscn_x"]
@@ -320,10 +320,10 @@ async def test_an_injected_client_is_used_and_left_open() -> None:
         return httpx.Response(201, json={"id": "run_x", "matched": None})
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-        async with ServiceClient("http://service.invalid", "tok", client=http) as service:
+        async with ServiceClient("https://service.invalid", "tok", client=http) as service:
             assert await service.match("run_x", "hello", {}) is None
         assert not http.is_closed
-    assert seen[0].url == httpx.URL("http://service.invalid/recordings/runs")
+    assert seen[0].url == httpx.URL("https://service.invalid/recordings/runs")
 
 
 @pytest.mark.anyio
@@ -331,7 +331,7 @@ async def test_an_injected_transport_is_used_and_closed_with_the_client() -> Non
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(409, json={"error": "ticket unknown"})
 
-    service = ServiceClient("http://service.invalid", "tok", transport=httpx.MockTransport(handler))
+    service = ServiceClient("https://service.invalid", "tok", transport=httpx.MockTransport(handler))
     async with service:
         result = await service.report_execution("scn_x", {"ticket": "t", "outcome": "failed"})
     assert result.status == "ticket_unknown"
@@ -402,3 +402,81 @@ async def test_recording_without_a_service_url_raises_not_configured(monkeypatch
         with pytest.raises(ServiceError) as caught:
             await service.post_step("run_x", step_body(0))
         assert caught.value.kind == "not_configured"
+
+
+@pytest.mark.anyio
+async def test_a_client_made_signed_out_follows_a_later_login_and_logout_at_its_next_request(
+    logged: Callable[[], list[dict[str, Any]]],
+) -> None:
+    from bir.core import credentials
+
+    fake = FakeBaseIn()
+    fake.add_scenario(scenario_fixture())
+    async with running_fake_service(fake) as svc, ServiceClient() as client:
+        assert not client.configured
+        with pytest.raises(ServiceError) as refused:
+            await client.get_scenario("scn_fleet_direct")
+        assert refused.value.kind == "not_configured"
+
+        credentials.save(svc.url, svc.token)
+        assert client._sign_in() == (svc.url, svc.token)
+        assert (await client.get_scenario("scn_fleet_direct")).id == "scn_fleet_direct"
+        assert svc.requests_to("scenario")[-1].headers["authorization"] == f"Bearer {svc.token}"
+
+        credentials.remove()
+        assert client._sign_in() == (None, None)
+        with pytest.raises(ServiceError):
+            await client.get_scenario("scn_fleet_direct")
+    changes = [line for line in logged() if line["event"] == "service.sign_in_changed"]
+    assert [(c["url"], c["token"]) for c in changes] == [(svc.url, True), (None, False)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("where", ["environment", "stored"])
+async def test_plain_http_to_another_host_is_refused_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, json={"id": "run_x", "matched": None})
+
+    if where == "environment":
+        monkeypatch.setenv("BIR_AUTH_URL", "http://basein.example.com")
+        monkeypatch.setenv("BIR_TOKEN", "tok-secret")
+    else:
+        # Stored before bir refused plain http.
+        path = credentials.credentials_path()
+        path.write_text(json.dumps({"version": 1, "url": "http://basein.example.com", "token": "tok", "savedAt": 0}))
+    async with ServiceClient(transport=httpx.MockTransport(handler)) as service:
+        with pytest.raises(ServiceError) as caught:
+            await service.match("run_x", "hello", {})
+    assert caught.value.kind == "insecure"
+    assert "is not https" in str(caught.value)
+    assert seen == []
+
+
+@pytest.mark.anyio
+async def test_a_known_secret_never_leaves_in_a_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "plainwordsecret")
+    seen: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.content)
+        return httpx.Response(201, json={"id": "run_x", "matched": None})
+
+    async with ServiceClient("https://service.invalid", "t", transport=httpx.MockTransport(handler)) as service:
+        await service.match("run_x", "my key is plainwordsecret", {"cwd": "/plainwordsecret"})
+    assert b"plainwordsecret" not in seen[0]
+    assert json.loads(seen[0])["input"] == "my key is [REDACTED]"
+
+
+@pytest.mark.anyio
+async def test_an_app_served_in_this_process_is_reached_over_plain_http() -> None:
+    async def app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 201, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b'{"id": "run_x", "matched": null}'})
+
+    async with ServiceClient("http://local.bir", "local", transport=httpx.ASGITransport(app=app)) as service:
+        assert await service.match("run_x", "hello", {}) is None

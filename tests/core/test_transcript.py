@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from bir.core.transcript import ModelUsage, UsageMark, mark_transcript_usage, session_cost_usd, usage_since
+from bir.core.transcript import (
+    ModelUsage,
+    UsageMark,
+    mark_transcript_usage,
+    session_cost_usd,
+    tool_calls_since,
+    usage_since,
+)
+from tests.paths import FIXTURES
 
 HAIKU = "claude-haiku-4-5-20251001"
 OPUS = "claude-opus-4-6"
@@ -184,3 +192,48 @@ def test_a_delta_is_priced_and_says_whether_every_token_was_priced(tmp_path: Pat
     cost, priced = session_cost_usd(usage_since(transcript, mark))
     assert cost == pytest.approx(1.0)
     assert priced
+
+
+@pytest.mark.parametrize("version", ["2.1.332", "2.1.197"])
+def test_the_tool_calls_of_a_real_transcript_come_in_order_with_what_the_hooks_would_have_seen(
+    tmp_path: Path, version: str
+) -> None:
+    # The user and assistant lines of a real `claude -p` run (FACTS.md §5): `echo hi`, then `exit 3`.
+    sample = (FIXTURES / f"transcript-{version}.jsonl").read_bytes()
+    transcript = tmp_path / "t.jsonl"
+    mark = mark_transcript_usage(transcript)
+    transcript.write_bytes(sample)
+    ok, failed = tool_calls_since(transcript, mark)
+    assert (ok.tool_use_id, ok.name, ok.input) == ("toolu_fake_001", "Bash", {"command": "echo hi", "description": "d"})
+    # The hook's tool_response shape, from the result line's toolUseResult.
+    assert ok.output == {
+        "stdout": "hi",
+        "stderr": "",
+        "interrupted": False,
+        "isImage": False,
+        "noOutputExpected": False,
+    }
+    assert (ok.error, ok.answered) == (None, True)
+    assert (failed.tool_use_id, failed.output, failed.error) == ("toolu_fake_002", None, "Exit code 3")
+
+
+def test_tool_calls_before_the_mark_and_a_call_not_answered_yet_are_told_apart(tmp_path: Path) -> None:
+    transcript = tmp_path / "t.jsonl"
+
+    def use(tool_id: str) -> str:
+        block = {"type": "tool_use", "id": tool_id, "name": "mcp__fleet__list_devices", "input": {"region": "x"}}
+        return json.dumps({"type": "assistant", "message": {"role": "assistant", "content": [block]}})
+
+    def result(tool_id: str) -> str:
+        content = [{"type": "text", "text": "[]"}]
+        block = {"type": "tool_result", "tool_use_id": tool_id, "content": content}
+        return json.dumps({"type": "user", "message": {"role": "user", "content": [block]}, "toolUseResult": content})
+
+    _append(transcript, use("before"), result("before"))
+    mark = mark_transcript_usage(transcript)
+    _append(transcript, use("after"), result("after"), "{not json", use("pending"))
+    calls = tool_calls_since(transcript, mark)
+    assert [(c.tool_use_id, c.answered) for c in calls] == [("after", True), ("pending", False)]
+    assert calls[0].output == [{"type": "text", "text": "[]"}]
+    assert tool_calls_since(None, mark) == []
+    assert tool_calls_since(tmp_path / "gone.jsonl", mark) == []

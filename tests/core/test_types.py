@@ -47,6 +47,15 @@ def test_unknown_fields_are_tolerated_and_missing_optional_ones_defaulted() -> N
     assert scenario.steps[0].tool_input_logic == "return {};"
 
 
+def test_what_cannot_be_read_is_said_in_plain_words_not_pydantics() -> None:
+    with pytest.raises(PayloadError) as not_an_object:
+        parse_scenario([1, 2])
+    assert str(not_an_object.value) == "scenario: expected a JSON object"
+    with pytest.raises(PayloadError) as missing:
+        parse_scenario({"steps": [{"stepIndex": 0, "toolName": 3}]})
+    assert str(missing.value) == "scenario: steps.0.toolName: expected text"
+
+
 def test_a_null_where_a_field_has_a_default_reads_as_the_default() -> None:
     scenario = parse_scenario(
         {
@@ -94,7 +103,7 @@ def test_an_unknown_role_is_read_as_a_target_which_is_never_guessed() -> None:
         ({"steps": [{"stepIndex": 0}]}, "steps.0.toolName"),
         ({"steps": [{"stepIndex": "first", "toolName": "Read"}]}, "steps.0.stepIndex"),
         ({"paramsObject": {"x": {"role": 5}}}, "paramsObject.x.role"),
-        ("{not json", "(payload)"),
+        ("{not json", "not JSON ("),
     ],
 )
 def test_a_scenario_that_cannot_be_read_names_the_field(payload: object, field: str) -> None:

@@ -169,3 +169,22 @@ async def live_server(project: Path, fake: FakeBaseIn) -> AsyncIterator[httpx.As
         headers = {"authorization": f"Bearer {server.token}"}
         async with httpx.AsyncClient(base_url=server.url or "", headers=headers, trust_env=False) as http:
             yield http
+
+
+def transcript_call(
+    path: Path, tool_use_id: str, name: str, tool_input: Any, result: Any = None, *, error: str | None = None
+) -> None:
+    """Append one tool call to a transcript as Claude Code writes it (FACTS.md §5): the assistant's
+    ``tool_use`` line, then, unless ``result`` is None and there is no ``error``, the user's ``tool_result``
+    line carrying ``toolUseResult``."""
+    use = {"type": "tool_use", "id": tool_use_id, "name": name, "input": tool_input}
+    lines = [{"type": "assistant", "message": {"role": "assistant", "content": [use]}}]
+    if result is not None or error is not None:
+        content = error if error is not None else json.dumps(result)
+        block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": content, "is_error": error is not None}
+        line: dict[str, Any] = {"type": "user", "message": {"role": "user", "content": [block]}}
+        line["toolUseResult"] = f"Error: {error}" if error is not None else result
+        lines.append(line)
+    with path.open("a", encoding="utf-8") as handle:
+        for entry in lines:
+            handle.write(json.dumps(entry) + "\n")

@@ -24,8 +24,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from bir.core import config, installed
-from bir.core.paths import discovery_file, project_key, revive_stamp, server_lock
-from bir.hooks import api
+from bir.core.paths import discovery_file, project_key, revive_stamp, server_lock, stall_stamp
+from bir.hooks import api, hook_client
 from bir.hooks.discovery import Discovery, write_discovery
 from bir.hooks.server.control import ControlServer
 
@@ -142,8 +142,20 @@ async def test_a_hook_posts_its_body_with_the_token_and_prints_the_answer(stand_
     assert err == ""
     assert out.endswith("\n")
     assert out.count("\n") == 1
-    assert json.loads(out) == {"route": "/tool/pre", "echo": json.loads(BODY)}
-    assert stand_in.seen == [("/tool/pre", f"Bearer {TOKEN}", BODY.encode())]
+    # The body goes as Claude Code wrote it, with the session's host (here: this test process) in front.
+    host = {"bir_host_pid": os.getpid()}
+    assert json.loads(out) == {"route": "/tool/pre", "echo": {**host, **json.loads(BODY)}}
+    sent = f'{{"bir_host_pid":{os.getpid()},'.encode() + BODY.encode()[1:]
+    assert stand_in.seen == [("/tool/pre", f"Bearer {TOKEN}", sent)]
+
+
+async def test_a_hook_run_through_sh_names_the_shells_parent_as_its_host(stand_in: StandIn, project: Path) -> None:
+    _publish(project, stand_in.url)
+    env = {**os.environ, "CLAUDE_PROJECT_DIR": str(project)}
+    env.pop("CLAUDE_PID", None)
+    # As Claude Code runs a command hook: `/bin/sh -c "<command>"` (the `; true` keeps the shell alive).
+    done = await anyio.run_process(["/bin/sh", "-c", f"{HOOK} PreToolUse; true"], input=BODY.encode(), env=env)
+    assert json.loads(done.stdout)["echo"]["bir_host_pid"] == os.getpid()
 
 
 @pytest.mark.parametrize("event", list(api.HOOK_ROUTES))
@@ -411,3 +423,87 @@ def test_help_is_for_a_person_and_names_the_events() -> None:
     assert done.returncode == 0
     assert done.stdout.startswith("usage: bir-hook EVENT")
     assert "PreToolUse" in done.stdout
+
+
+def test_the_host_goes_in_front_of_the_body_as_written_and_never_twice() -> None:
+    body = b' \n{"session_id": "s", "tool_response": {"stdout": "x"}}'
+    added = hook_client.with_host(body, json.loads(body), 4242)
+    assert json.loads(added) == {"bir_host_pid": 4242, **json.loads(body)}
+    assert added.endswith(b'"session_id": "s", "tool_response": {"stdout": "x"}}')
+    assert hook_client.with_host(b"{}", {}, 4242) == b"{}"
+    already = b'{"bir_host_pid": 1, "session_id": "s"}'
+    assert hook_client.with_host(already, json.loads(already), 4242) == already
+
+
+# -- a home bir can trust, and a server that does not answer (issue 16) -------------------------------
+
+
+def test_a_planted_revive_stamp_symlink_never_truncates_its_target(project: Path, home: Path) -> None:
+    installed.update(project, down=False)
+    target = project / "precious.txt"
+    target.write_text("the user's own\n")
+    stamp = revive_stamp(home, project)
+    stamp.parent.mkdir(mode=0o700, exist_ok=True)
+    stamp.symlink_to(target)
+    os.utime(stamp, (0, 0), follow_symlinks=False)  # a revive is due
+    done = subprocess.run(
+        [HOOK, "PreToolUse"],
+        input=b"{}",
+        capture_output=True,
+        check=False,
+        env={**os.environ, "CLAUDE_PROJECT_DIR": str(project)},
+    )
+    assert (done.stdout, done.stderr, done.returncode) == (b"{}\n", b"", 0)
+    assert target.read_text() == "the user's own\n"
+    [line] = _hook_log(home)
+    assert "symbolic link" in line["error"]
+
+
+@pytest.mark.parametrize("planted", ["discovery", "log"])
+async def test_a_fifo_in_the_home_never_holds_a_hook(project: Path, home: Path, planted: str) -> None:
+    path = discovery_file(home, project) if planted == "discovery" else home / "logs" / "hook.log"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.mkfifo(path)
+    with anyio.fail_after(5):
+        assert await _hook("PreToolUse", BODY, project) == ("{}\n", "", 0)
+
+
+async def test_a_server_that_did_not_answer_is_skipped_until_it_runs_again(
+    stand_in: StandIn, project: Path, home: Path
+) -> None:
+    stand_in.mode = "slow"
+    _publish(project, stand_in.url)
+    assert await _hook("PostToolUse", "{}", project) == ("{}\n", "", 0)
+    stamp = stall_stamp(home, project)
+    assert stamp.read_text() == f"{os.getpid()}\n"
+    # Later hooks answer at once and never reach the server.
+    with anyio.fail_after(2):
+        assert await _hook("PreToolUse", BODY, project) == ("{}\n", "", 0)
+    assert len(stand_in.seen) == 1
+    # Once it runs again (bir-hooks clears the stamp), hooks reach it.
+    stand_in.mode = "echo"
+    stamp.unlink()
+    out, _, _ = await _hook("PreToolUse", BODY, project)
+    assert json.loads(out)["route"] == "/tool/pre"
+
+
+async def test_a_stall_stamp_of_another_server_is_ignored(stand_in: StandIn, project: Path, home: Path) -> None:
+    _publish(project, stand_in.url)
+    stamp = stall_stamp(home, project)
+    stamp.write_text("999999999\n")
+    out, _, _ = await _hook("PreToolUse", BODY, project)
+    assert json.loads(out)["route"] == "/tool/pre"
+
+
+def test_a_running_server_clears_the_note_that_it_did_not_answer(revived: Path, home: Path) -> None:
+    child = subprocess.Popen(
+        [str(BIN / "bir-hooks"), "--project", str(revived)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    try:
+        _wait_for(lambda: discovery_file(home, revived).exists())
+        stamp = stall_stamp(home, revived)
+        stamp.write_text(f"{child.pid}\n")
+        _wait_for(lambda: not stamp.exists(), 10)
+    finally:
+        child.terminate()
+        child.wait(20)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,10 @@ import anyio
 import mcp_types as types
 import pytest
 
-from bir.core.paths import off_file
+from bir.core import installed
+from bir.core.paths import off_file, pid_alive, revive_stamp
 from bir.hooks import api
+from bir.hooks.discovery import read_discovery
 from bir.proxy.hook_tool import hook_input
 from tests.hooks.stub_session import StubSession
 from tests.proxy.test_scenario_server import bir_scenario, control_server, events, text_of
@@ -92,6 +95,8 @@ async def test_a_pre_tool_use_hook_reaches_the_route_rebuilt_and_its_answer_is_t
     assert hook.cwd == "/tmp/p"
     assert hook.tool_response is None
     assert hook.error is None
+    # bir-scenario runs as this test process's child: the hook's session is that host's.
+    assert hook.bir_host_pid == os.getpid()
 
 
 @pytest.mark.anyio
@@ -180,3 +185,34 @@ def test_the_tool_waits_for_the_route_less_than_the_hook_timeout_install_writes(
     for event in api.MCP_HOOK_EVENTS:
         route = api.HOOK_ROUTES[event]
         assert route.answered_by_ms / 1000 < route.client_s < route.timeout_s
+
+
+async def _until(condition: Any, seconds: float = 30.0) -> None:
+    with anyio.fail_after(seconds):
+        while not condition():  # noqa: ASYNC110 - what is awaited is a file another process writes
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.anyio
+async def test_with_no_control_server_the_hook_tool_revives_one_for_an_installed_project_and_never_after_down(
+    project: Path, tmp_path: Path
+) -> None:
+    home = Path(os.environ["BIR_HOME"])
+    installed.update(project, replay=False, down=True)
+    async with bir_scenario(project, tmp_path / "err") as client:
+        # Marked down (`bir down`): nothing revives it, and the hook answers as without bir.
+        assert await call_hook(client, PRE) == "{}"
+        assert not revive_stamp(home, project).exists()
+        installed.update(project, down=False)
+        assert await call_hook(client, PRE) == "{}"
+        await _until(lambda: read_discovery(project) is not None)
+        server = read_discovery(project)
+        assert server is not None
+        try:
+            assert server.pid != os.getpid()
+            # The next tool call's hook reaches the revived server.
+            assert await call_hook(client, PRE) == "{}"
+            assert [e["ok"] for e in events(tmp_path / "err", "scenario.recorder_revive")] == [True]
+        finally:
+            os.kill(server.pid, signal.SIGTERM)
+            await _until(lambda: not pid_alive(server.pid))

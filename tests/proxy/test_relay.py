@@ -362,3 +362,53 @@ async def test_a_host_that_never_listed_tools_is_not_told_anything_when_a_contro
         h.known[0] = True
         await h.relay.control_found()
         assert h.at_host.nothing_buffered()
+
+
+def _deep(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+async def test_a_line_nested_too_deeply_to_read_passes_untouched_both_ways() -> None:
+    async with _relay() as h:
+        h.known[0] = True
+        from_host = (
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":' + _deep(5000) + b"}}"
+        )
+        await h.from_host(from_host)
+        assert await h.at_upstream.line() == from_host
+        from_upstream = b'{"jsonrpc":"2.0","id":1,"result":{"content":' + _deep(5000) + b"}}"
+        await h.from_upstream(from_upstream)
+        assert await h.at_host.line() == from_upstream
+        # The relay is still relaying.
+        await h.from_host({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        assert (await h.at_upstream.message())["id"] == 2
+
+
+def _with_lone_surrogate(request_id: object) -> bytes:
+    text = '{"type":"text","text":"\\ud800"}'
+    return ('{"jsonrpc":"2.0","id":' + json.dumps(request_id) + ',"result":{"content":[' + text + "]}}").encode()
+
+
+async def test_an_own_request_whose_answer_cannot_be_read_fails_at_once() -> None:
+    async with _relay() as h:
+
+        async def answer() -> None:
+            sent = await h.at_upstream.message()
+            await h.from_upstream(_with_lone_surrogate(sent["id"]))
+
+        h.group.start_soon(answer)
+        with anyio.fail_after(2), pytest.raises(UpstreamRequestError, match="could not be read"):
+            await h.relay.request("tools/call", {"name": "odd"}, 30)
+        assert h.at_host.nothing_buffered()
+
+
+async def test_a_host_call_whose_answer_cannot_be_read_reaches_the_host_and_is_reported_as_an_error() -> None:
+    async with _relay() as h:
+        h.known[0] = True
+        await h.from_host({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "odd"}})
+        await h.at_upstream.line()
+        line = _with_lone_surrogate(3)
+        await h.from_upstream(line)
+        assert await h.at_host.line() == line
+        assert [(s.tool_name, s.result) for s in h.steps] == [("odd", None)]
+        assert "could not be read" in (h.steps[0].error or "")

@@ -24,6 +24,7 @@ from mcp.client.session import MessageHandlerFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bir.core import installed
 from bir.hooks.api import Hello, ScenarioRunAnswer, ScenarioRunRequest, decode, encode
 from bir.hooks.discovery import write_discovery
 from bir.hooks.server.control import ControlServer
@@ -49,8 +50,10 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
+    """A project where replay is on (``bir install --replay`` stores it so)."""
     path = tmp_path / "project"
     path.mkdir()
+    installed.update(path, replay=True)
     return path.resolve()
 
 
@@ -409,6 +412,32 @@ async def test_flipping_the_off_file_changes_the_tool_list_and_tells_the_client(
         with anyio.fail_after(10):
             await changes[1].wait()
         assert [tool.name for tool in (await client.list_tools()).tools] == ["run_scenario"]
+
+
+@pytest.mark.anyio
+async def test_with_replay_off_it_lists_no_tools_and_turning_replay_on_lists_run_scenario(
+    project: Path, tmp_path: Path
+) -> None:
+    installed.update(project, replay=False)
+    changed = anyio.Event()
+
+    async def on_message(message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    async with (
+        control_server(project) as control,
+        bir_scenario(project, tmp_path / "err", on_message=on_message) as client,
+    ):
+        assert (await client.list_tools()).tools == []
+        hello = await control.hello_where(lambda _: True)
+        assert (hello.tools, hello.off) == (0, False)
+        assert not control.hellos.delivery_tool_live()
+        installed.update(project, replay=True)  # `bir replay on`, mid-session
+        with anyio.fail_after(10):
+            await changed.wait()
+        assert [tool.name for tool in (await client.list_tools()).tools] == ["run_scenario"]
+        await control.hello_where(lambda hello: hello.tools == 1)
 
 
 @pytest.mark.anyio

@@ -35,8 +35,10 @@ CALL_TIMEOUT_S = 60
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
+    """A project where replay is on, so ``run_scenario`` is listed beside the scenario tools."""
     path = tmp_path / "project"
     path.mkdir()
+    installed.update(path, replay=True)
     return path.resolve()
 
 

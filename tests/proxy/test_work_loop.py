@@ -207,3 +207,20 @@ async def test_a_report_too_large_for_the_server_goes_without_its_result() -> No
         assert seen.result is None
         assert seen.error is not None
         assert "too large" in seen.error
+
+
+async def test_a_report_nested_too_deeply_for_the_server_goes_without_its_result() -> None:
+    deep: Any = []
+    for _ in range(995):
+        deep = [deep]
+    async with _server(replay=False) as server:
+        client = ProxyLink(_Endpoint(server.url or "", server.token), server_name="srv", proxy_id="p-5")
+        try:
+            await client.step(
+                StepReport(server_name="srv", tool_name="echo", arguments={}, result={"content": deep}, duration_ms=1.0)
+            )
+        finally:
+            await client.aclose()
+        [received] = server.step_reports()
+        assert received.report.result is None
+        assert "nested too deeply" in (received.report.error or "")

@@ -17,7 +17,7 @@ from bir.core.off_switch import OffState
 from bir.hooks import api
 from bir.hooks.commands import doctor
 from bir.hooks.commands.doctor import DoctorFacts, EvaluatorFacts, HookFact
-from bir.hooks.commands.probes import ControlFacts, ServiceCheck
+from bir.hooks.commands.probes import ControlFacts, ServiceCheck, Serving
 from bir.hooks.commands.status import StatusFacts
 from bir.hooks.discovery import Discovery
 from tests.hooks.ops_facts import replay_view_of
@@ -135,6 +135,7 @@ def doctor_facts(
     derive_key: bool = False,
     signed_in: bool = True,
     local: dict[str, str] | None = None,
+    serving: Serving = "remote",
 ) -> DoctorFacts:
     status = StatusFacts(
         project="/p",
@@ -158,12 +159,30 @@ def doctor_facts(
         derive_key=derive_key,
         anthropic_key_ignored=False,
         evaluator=EvaluatorFacts("v8", True, "2", "1000", "default"),
+        serving=serving,
     )
 
 
-def health(served: list[str], wrapped: list[str]) -> api.Health:
+def health(served: list[str], wrapped: list[str], left: list[str] | None = None) -> api.Health:
     hello = api.LastHello(pid=1, version="0", tools=1, off=False, age_ms=5000)
-    return api.Health(ok=True, pid=4242, version="0", uptime_ms=1000, served=served, wrapped=wrapped, last_hello=hello)
+    return api.Health(
+        ok=True,
+        pid=4242,
+        version="0",
+        uptime_ms=1000,
+        served=served,
+        wrapped=wrapped,
+        left=left or [],
+        last_hello=hello,
+    )
+
+
+def test_a_proxy_whose_session_closed_is_not_a_dead_proxy_and_asks_for_no_restart() -> None:
+    diagnosis = doctor.diagnose(doctor_facts(health(served=[], wrapped=["fleet"], left=["fleet"])))
+    found = [f for f in diagnosis.findings if f.topic == "proxies"]
+    assert [(f.level, f.fix) for f in found] == [("ok", None)]
+    assert "session closed" in found[0].text
+    assert not diagnosis.broken
 
 
 def test_a_proxy_that_registered_and_stopped_polling_is_a_dead_proxy_with_where_to_look() -> None:
@@ -171,7 +190,7 @@ def test_a_proxy_that_registered_and_stopped_polling_is_a_dead_proxy_with_where_
     dead = [f for f in diagnosis.findings if f.topic == "proxies"]
     assert len(dead) == 1
     assert dead[0].level == "warning"
-    assert "stopped polling" in dead[0].text
+    assert "without saying goodbye" in dead[0].text
     assert dead[0].fix is not None
     assert "/h/logs/k.log" in dead[0].fix
     alive = doctor.diagnose(doctor_facts(health(served=["fleet"], wrapped=["fleet"])))
@@ -202,10 +221,10 @@ def test_a_control_server_that_does_not_answer_is_broken() -> None:
     assert control[0].fix == "bir down && bir up"
 
 
-def test_mcp_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_gone(
+def test_the_default_mcp_tool_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_gone(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["install", "--replay", "--mcp-hooks", "--project", str(project)]) == 0
+    assert main(["install", "--replay", "--project", str(project)]) == 0
     capsys.readouterr()
     _, data = doctor_json(capsys, project)
     ok = finding(data, "hooks", "all 7 hooks as expected")
@@ -219,7 +238,28 @@ def test_mcp_hooks_are_accepted_as_installed_and_broken_once_the_bir_server_is_g
     config_path.write_text(json.dumps(config))
     _, data = doctor_json(capsys, project)
     broken = finding(data, "hooks", "PreToolUse: an mcp_tool hook on the `bir` MCP server, which is not registered")
-    assert (broken["level"], broken["fix"]) == ("broken", "bir install --replay --mcp-hooks")
+    assert (broken["level"], broken["fix"]) == ("broken", "bir install")
+
+
+def test_every_unwrapped_server_is_named_with_the_mode_its_scenarios_get_and_the_command_that_wraps_it(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mcp = {"db": {"command": "db-server", "args": ["--ro"]}, "web": {"type": "http", "url": "https://x.invalid"}}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": mcp}))
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    capsys.readouterr()
+    _, data = doctor_json(capsys, project)
+    db = finding(data, "servers", "db: not wrapped (not approved in Claude Code yet (db-server --ro))")
+    assert "runs in steer mode instead of direct" in db["text"]
+    assert (db["level"], db["fix"]) == ("warning", "bir install --approve db")
+    web = finding(data, "servers", "web: not wrapped (http server: not wrapped)")
+    assert web["fix"] is None
+    assert not [f for f in data["findings"] if f["topic"] == "servers" and "fleet" in f["text"]]
+
+    assert main(["status", "--project", str(project)]) == 0
+    text = capsys.readouterr().out
+    assert "unwrapped: db (not approved in Claude Code yet (db-server --ro)): its scenarios steer" in text
+    assert "bir install --approve db" in text
 
 
 def with_walls(walls: dict[str, str]) -> DoctorFacts:

@@ -1,30 +1,25 @@
-"""``bir install`` / ``bir uninstall`` against real files in a temp HOME and project."""
+"""``bir install`` / ``bir uninstall`` as a person or a script runs them: the real console script, in a
+temp HOME and project; on a terminal (a real pseudo-terminal) and without one."""
 
 from __future__ import annotations
 
 import json
 import os
-import stat
+import pty
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bir.core import installed
-from bir.hooks import api
-from bir.hooks.commands.install import (
-    HOOK_EVENTS,
-    InstallError,
-    describe,
-    find_executables,
-    install,
-    merge_hooks,
-    uninstall,
-)
 
-EXES = find_executables()
+BIR = str(Path(sys.executable).parent / "bir")
+FLEET = {"command": "python", "args": ["-m", "fleet"]}
+WEB = {"type": "http", "url": "https://example.invalid/mcp"}
 
 
 @pytest.fixture
@@ -38,26 +33,15 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
+    """A project as a fresh clone has it: .mcp.json servers Claude Code never approved."""
     path = tmp_path / "project"
     path.mkdir()
-    return path
+    (path / ".mcp.json").write_text(json.dumps({"mcpServers": {"fleet": FLEET, "db": {"command": "db"}, "web": WEB}}))
+    return path.resolve()
 
 
-def _claude_json(env: dict[str, str]) -> Path:
-    return Path(env["HOME"]) / ".claude.json"
-
-
-def _write_json(path: Path, value: Any, indent: int | None = 2) -> bytes:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(value, indent=indent).encode()
-    path.write_bytes(data)
-    return data
-
-
-def _local(env: dict[str, str], project: Path) -> dict[str, Any]:
-    doc = json.loads(_claude_json(env).read_text())
-    servers: dict[str, Any] = doc["projects"][str(project)]["mcpServers"]
-    return servers
+def _bir(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([BIR, *args], capture_output=True, text=True, env=env, check=False, stdin=subprocess.DEVNULL)
 
 
 def _settings(project: Path) -> dict[str, Any]:
@@ -65,314 +49,15 @@ def _settings(project: Path) -> dict[str, Any]:
     return doc
 
 
-CLAUDE_DOC: dict[str, Any] = {
-    "numStartups": 3,
-    "mcpServers": {
-        "usr": {"type": "stdio", "command": "usr-server", "args": ["--x"], "env": {"TOKEN": "t"}},
-        "web": {"type": "http", "url": "https://example.invalid/mcp"},
-    },
-    "projects": {},
-    "zLast": True,
-}
-
-
-def _seed(env: dict[str, str], project: Path, local: dict[str, Any] | None = None) -> bytes:
-    doc = json.loads(json.dumps(CLAUDE_DOC))
-    doc["projects"][str(project)] = {
-        "allowedTools": [],
-        "mcpServers": local or {},
-        "enabledMcpjsonServers": ["fleet"],
-        "hasTrustDialogAccepted": True,
-    }
-    _write_json(project / ".mcp.json", {"mcpServers": {"fleet": {"command": "python", "args": ["-m", "fleet"]}}})
-    data = _write_json(_claude_json(env), doc)
-    _claude_json(env).chmod(0o600)
-    return data
-
-
-def test_install_writes_the_seven_hooks_with_their_timeouts_and_never_async(env: dict[str, str], project: Path) -> None:
-    _seed(env, project)
-    change = install(project, replay=False, exes=EXES, env=env)
-
-    hooks = _settings(project)["hooks"]
-    assert list(hooks) == list(HOOK_EVENTS)
-    for event, (timeout, tool_event) in HOOK_EVENTS.items():
-        [group] = hooks[event]
-        assert ("matcher" in group) is tool_event
-        if tool_event:
-            assert group["matcher"] == "*"
-        [hook] = group["hooks"]
-        assert hook == {"type": "command", "command": f"{EXES.hook} {event}", "timeout": timeout}
-        assert Path(hook["command"].split()[0]).is_file()
-    assert {e: t for e, (t, _) in HOOK_EVENTS.items()} == {
-        "SessionStart": 10,
-        "UserPromptSubmit": 10,
-        "PreToolUse": 15,
-        "PostToolUse": 5,
-        "PostToolUseFailure": 5,
-        "Stop": 5,
-        "SessionEnd": 5,
-    }
-    assert change.files_created == [str(project / ".claude" / "settings.local.json")]
-    assert change.files_changed == [str(_claude_json(env))]
-
-
-def test_install_wraps_stdio_servers_of_every_scope_in_the_local_scope_and_leaves_http_alone(
-    env: dict[str, str], project: Path
-) -> None:
-    _seed(env, project)
-    change = install(project, replay=False, exes=EXES, env=env)
-
-    local = _local(env, project)
-    assert local["fleet"] == {
-        "type": "stdio",
-        "command": str(EXES.proxy),
-        "args": ["--server-name", "fleet", "--", "python", "-m", "fleet"],
-        "env": {},
-    }
-    assert local["usr"] == {
-        "type": "stdio",
-        "command": str(EXES.proxy),
-        "args": ["--server-name", "usr", "--", "usr-server", "--x"],
-        "env": {"TOKEN": "t"},
-    }
-    assert "web" not in local
-    assert "bir" not in local
-    assert change.servers_left == {"web": "http server: not wrapped"}
-    assert sorted(change.servers_wrapped) == ["fleet", "usr"]
-    # The project's own file is never touched.
-    assert json.loads((project / ".mcp.json").read_text())["mcpServers"]["fleet"]["command"] == "python"
-    assert installed.project(project) is not None
-
-
-def test_install_keeps_every_other_key_and_the_files_mode(env: dict[str, str], project: Path) -> None:
-    _seed(env, project)
-    install(project, replay=False, exes=EXES, env=env)
-    doc = json.loads(_claude_json(env).read_text())
-    assert list(doc) == ["numStartups", "mcpServers", "projects", "zLast"]
-    assert list(doc["projects"][str(project)]) == [
-        "allowedTools",
-        "mcpServers",
-        "enabledMcpjsonServers",
-        "hasTrustDialogAccepted",
+def _local(env: dict[str, str], project: Path) -> dict[str, Any]:
+    servers: dict[str, Any] = json.loads((Path(env["HOME"]) / ".claude.json").read_text())["projects"][str(project)][
+        "mcpServers"
     ]
-    assert doc["mcpServers"] == CLAUDE_DOC["mcpServers"]
-    assert stat.S_IMODE(_claude_json(env).stat().st_mode) == 0o600
-
-
-def test_install_twice_changes_nothing_the_second_time(env: dict[str, str], project: Path, tmp_path: Path) -> None:
-    _seed(env, project)
-    install(project, replay=True, exes=EXES, env=env)
-    settings = (project / ".claude" / "settings.local.json").read_bytes()
-    claude = _claude_json(env).read_bytes()
-    store = installed.load()
-
-    again = install(project, replay=True, exes=EXES, env=env)
-
-    assert again.files_changed == []
-    assert again.files_created == []
-    assert again.backup_dir is None
-    assert (project / ".claude" / "settings.local.json").read_bytes() == settings
-    assert _claude_json(env).read_bytes() == claude
-    assert installed.load() == store
-    assert sorted(again.servers_wrapped) == ["fleet", "usr"]
-
-
-def test_foreign_hooks_stay_in_order_and_bir_is_replaced_in_place(env: dict[str, str], project: Path) -> None:
-    foreign_a = {"matcher": "Bash", "hooks": [{"type": "command", "command": "lint.sh"}]}
-    old_bir = {"matcher": "*", "hooks": [{"type": "command", "command": "/old/bin/bir-hook PreToolUse", "timeout": 9}]}
-    foreign_b = {"hooks": [{"type": "http", "url": "http://127.0.0.1:1/x"}]}
-    mixed = {"hooks": [{"type": "command", "command": "mine"}, {"type": "command", "command": "/old/bir-hook Stop"}]}
-    settings = {
-        "permissions": {"allow": ["Bash(ls)"]},
-        "hooks": {"Notification": [foreign_a], "PreToolUse": [foreign_a, old_bir, foreign_b], "Stop": [mixed]},
-        "env": {"A": "1"},
-    }
-    _write_json(project / ".claude" / "settings.local.json", settings)
-
-    install(project, replay=False, exes=EXES, env=env)
-
-    after = _settings(project)
-    assert list(after) == ["permissions", "hooks", "env"]
-    assert list(after["hooks"])[:3] == ["Notification", "PreToolUse", "Stop"]
-    assert after["hooks"]["Notification"] == [foreign_a]
-    pre = after["hooks"]["PreToolUse"]
-    assert pre[0] == foreign_a
-    assert pre[1] == {
-        "matcher": "*",
-        "hooks": [{"type": "command", "command": f"{EXES.hook} PreToolUse", "timeout": 15}],
-    }
-    assert pre[2] == foreign_b
-    assert after["hooks"]["Stop"] == [
-        {
-            "hooks": [
-                {"type": "command", "command": "mine"},
-                {"type": "command", "command": f"{EXES.hook} Stop", "timeout": 5},
-            ]
-        }
-    ]
-
-
-def test_uninstall_restores_both_files_byte_for_byte(env: dict[str, str], project: Path) -> None:
-    original_claude = _seed(
-        env, project, local={"fleet": {"type": "stdio", "command": "own-fleet", "args": [], "env": {}}}
-    )
-    settings_path = project / ".claude" / "settings.local.json"
-    settings_path.parent.mkdir()
-    original_settings = b'{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "bye"}]}]}, "x": 1}\n'
-    settings_path.write_bytes(original_settings)
-    settings_path.chmod(0o640)
-
-    install(project, replay=True, exes=EXES, env=env)
-    assert _local(env, project)["fleet"]["command"] == str(EXES.proxy)
-    change = uninstall(project, env=env)
-
-    assert settings_path.read_bytes() == original_settings
-    assert stat.S_IMODE(settings_path.stat().st_mode) == 0o640
-    assert _claude_json(env).read_bytes() == original_claude
-    assert installed.project(project) is None
-    assert change.files_removed == []
-
-
-def test_uninstall_removes_the_files_install_created(env: dict[str, str], project: Path) -> None:
-    install(project, replay=False, exes=EXES, env=env)
-    assert (project / ".claude" / "settings.local.json").exists()
-    change = uninstall(project, env=env)
-    assert not (project / ".claude").exists()
-    assert not _claude_json(env).exists()
-    assert sorted(change.files_removed) == sorted(
-        [str(project / ".claude" / "settings.local.json"), str(_claude_json(env))]
-    )
-
-
-def test_uninstall_after_claude_code_rewrote_its_config_keeps_that_and_restores_the_old_local_server(
-    env: dict[str, str], project: Path
-) -> None:
-    own = {"type": "stdio", "command": "own-fleet", "args": ["a"], "env": {"K": "V"}}
-    _seed(env, project, local={"fleet": own})
-    install(project, replay=True, exes=EXES, env=env)
-    # Claude Code rewrites its config while it runs: a counter, and a server the user added meanwhile.
-    doc = json.loads(_claude_json(env).read_text())
-    doc["numStartups"] = 4
-    doc["projects"][str(project)]["mcpServers"]["added"] = {"type": "stdio", "command": "new", "args": [], "env": {}}
-    _write_json(_claude_json(env), doc)
-
-    change = uninstall(project, env=env)
-
-    after = json.loads(_claude_json(env).read_text())
-    assert after["numStartups"] == 4
-    assert after["projects"][str(project)]["mcpServers"] == {
-        "fleet": own,
-        "added": {"type": "stdio", "command": "new", "args": [], "env": {}},
-    }
-    assert change.servers_restored == ["fleet"]
-
-
-def test_a_project_server_the_user_has_not_approved_is_not_wrapped(env: dict[str, str], project: Path) -> None:
-    _seed(env, project)
-    servers = {"fleet": {"command": "python"}, "new": {"command": "evil"}, "off": {"command": "x"}}
-    _write_json(project / ".mcp.json", {"mcpServers": servers})
-    doc = json.loads(_claude_json(env).read_text())
-    doc["projects"][str(project)]["disabledMcpjsonServers"] = ["off"]
-    _write_json(_claude_json(env), doc)
-
-    change = install(project, replay=False, exes=EXES, env=env)
-
-    assert set(_local(env, project)) == {"fleet", "usr"}
-    assert "not approved" in change.servers_left["new"]
-    assert change.servers_left["off"] == "disabled for this project"
-
-
-def test_enable_all_project_servers_in_the_settings_approves_them(env: dict[str, str], project: Path) -> None:
-    _write_json(project / ".mcp.json", {"mcpServers": {"a": {"command": "a"}, "b": {"command": "b"}}})
-    _write_json(project / ".claude" / "settings.json", {"enableAllProjectMcpServers": True})
-    change = install(project, replay=False, exes=EXES, env=env)
-    assert sorted(change.servers_wrapped) == ["a", "b"]
-
-
-def test_a_server_already_behind_bir_proxy_is_not_wrapped_twice(env: dict[str, str], project: Path) -> None:
-    wrapped = {"type": "stdio", "command": str(EXES.proxy), "args": ["--server-name", "w", "--", "w"], "env": {}}
-    _seed(env, project, local={"w": wrapped})
-    install(project, replay=False, exes=EXES, env=env)
-    assert _local(env, project)["w"] == wrapped
-    uninstall(project, env=env)
-    # It was there before install: it is the user's, and stays.
-    assert _local(env, project)["w"] == wrapped
-
-
-def test_install_refuses_a_file_that_is_not_json_and_changes_nothing(env: dict[str, str], project: Path) -> None:
-    original = _seed(env, project)
-    bad = project / ".claude" / "settings.local.json"
-    bad.parent.mkdir()
-    bad.write_text('{"hooks": ')
-    with pytest.raises(InstallError, match=r"settings\.local\.json is not valid JSON"):
-        install(project, replay=True, exes=EXES, env=env)
-    assert bad.read_text() == '{"hooks": '
-    assert _claude_json(env).read_bytes() == original
-    assert installed.project(project) is None
-
-
-def test_install_refuses_a_claude_config_that_is_not_json(env: dict[str, str], project: Path) -> None:
-    _claude_json(env).write_text("{oops")
-    with pytest.raises(InstallError, match=r"\.claude\.json is not valid JSON"):
-        install(project, replay=False, exes=EXES, env=env)
-    assert not (project / ".claude").exists()
-    assert _claude_json(env).read_text() == "{oops"
-
-
-def test_replay_registers_the_bir_server_and_uninstall_replay_takes_only_it_out(
-    env: dict[str, str], project: Path
-) -> None:
-    _seed(env, project)
-    install(project, replay=True, exes=EXES, env=env)
-    assert _local(env, project)["bir"] == {"type": "stdio", "command": str(EXES.scenario), "args": [], "env": {}}
-    switches = installed.project(project)
-    assert switches is not None
-    assert switches.replay is True
-
-    uninstall(project, replay_only=True, env=env)
-
-    local = _local(env, project)
-    assert "bir" not in local
-    assert local["fleet"]["command"] == str(EXES.proxy)
-    assert "hooks" in _settings(project)
-    switches = installed.project(project)
-    assert switches is not None
-    assert switches.replay is False
-
-
-def test_install_without_replay_turns_it_off_and_clears_down(env: dict[str, str], project: Path) -> None:
-    _seed(env, project)
-    install(project, replay=True, exes=EXES, env=env)
-    installed.update(project, down=True)
-    install(project, replay=False, exes=EXES, env=env)
-    switches = installed.project(project)
-    assert switches is not None
-    assert (switches.replay, switches.down) == (False, False)
-    assert "bir" not in _local(env, project)
-
-
-def test_claude_config_dir_moves_the_user_config(env: dict[str, str], project: Path, tmp_path: Path) -> None:
-    env["CLAUDE_CONFIG_DIR"] = str(tmp_path / "cfg")
-    install(project, replay=False, exes=EXES, env=env)
-    assert (tmp_path / "cfg" / ".claude.json").exists()
-    assert not _claude_json(env).exists()
-
-
-def test_merge_hooks_refuses_hooks_that_are_not_an_object() -> None:
-    with pytest.raises(InstallError, match='"hooks" is not an object'):
-        merge_hooks({"hooks": []}, EXES)
-
-
-def _bir(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "bir"), *args], capture_output=True, text=True, env=env, check=False
-    )
+    return servers
 
 
 def test_the_commands_say_what_changed_and_how_to_undo_it(env: dict[str, str], project: Path) -> None:
-    _seed(env, project)
-    done = _bir("install", "--project", str(project), env=env)
+    done = _bir("install", "--yes", "--project", str(project), env=env)
     assert done.returncode == 0, done.stderr
     assert "settings.local.json" in done.stdout
     assert "web (http server: not wrapped)" in done.stdout
@@ -383,112 +68,120 @@ def test_the_commands_say_what_changed_and_how_to_undo_it(env: dict[str, str], p
     report = json.loads(done.stdout)
     assert report["replay"] is True
     assert report["birServer"] is True
-    assert report["filesChanged"] == [str(_claude_json(env))]
+    assert report["hookStyle"] == "mcp_tool"
+    # The `bir` server was already there: replay on is the store's switch alone.
+    assert report["filesChanged"] == []
 
     done = _bir("uninstall", "--project", str(project), env=env)
     assert done.returncode == 0
     assert "uninstalled" in done.stdout
+    assert "Approvals bir had recorded in Claude Code taken back: fleet, db." in done.stdout
 
 
 def test_the_command_exits_1_naming_a_bad_file(env: dict[str, str], project: Path) -> None:
-    _claude_json(env).write_text("[1")
+    claude_json = Path(env["HOME"]) / ".claude.json"
+    claude_json.write_text("[1")
     done = _bir("install", "--project", str(project), env=env)
     assert done.returncode == 1
-    assert str(_claude_json(env)) in done.stderr
+    assert str(claude_json) in done.stderr
     assert done.stdout == ""
 
 
-# -- --mcp-hooks: the tool events as mcp_tool hooks on the bir server ---------------------------------------
-
-
-def _mcp_hook(event: str) -> dict[str, Any]:
-    return {
-        "type": "mcp_tool",
-        "server": "bir",
-        "tool": "hook",
-        "input": {name: "${" + name + "}" for name in api.MCP_HOOK_FIELDS},
-        "timeout": HOOK_EVENTS[event][0],
-    }
-
-
-def test_mcp_hooks_make_the_tool_events_mcp_tool_hooks_and_leave_the_other_four_commands(
+def test_without_a_terminal_or_a_flag_nothing_is_approved_and_each_server_is_named_with_the_command_that_wraps_it(
     env: dict[str, str], project: Path
 ) -> None:
-    _seed(env, project)
-    change = install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
+    done = _bir("install", "--replay", "--project", str(project), env=env)
 
-    hooks = _settings(project)["hooks"]
-    assert list(hooks) == list(HOOK_EVENTS)
-    for event, (timeout, _) in HOOK_EVENTS.items():
-        [group] = hooks[event]
-        [hook] = group["hooks"]
-        if event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
-            assert group["matcher"] == "*"
-            assert hook == _mcp_hook(event)
-        else:
-            assert hook == {"type": "command", "command": f"{EXES.hook} {event}", "timeout": timeout}
-    assert hooks["PreToolUse"][0]["hooks"][0]["input"]["tool_input"] == "${tool_input}"
-    assert _local(env, project)["bir"]["command"] == str(EXES.scenario)
-    assert change.mcp_hooks is True
-    assert "mcp_tool hooks on the `bir` MCP server" in describe(change)
+    assert done.returncode == 0, done.stderr
+    assert "fleet: python -m fleet — to wrap it: bir install --replay --project" in done.stdout
+    assert f"--project {project} --approve fleet" in done.stdout
+    assert "--approve db" in done.stdout
+    assert "enabledMcpjsonServers" not in _settings(project)
+    assert set(_local(env, project)) == {"bir"}
+    report = json.loads(_bir("install", "--replay", "--json", "--project", str(project), env=env).stdout)
+    assert report["serversUnapproved"] == {"fleet": "python -m fleet", "db": "db"}
+    assert report["wrapCommands"]["fleet"].endswith("--approve fleet")
 
-
-def test_mcp_hooks_without_replay_are_refused_and_nothing_changes(env: dict[str, str], project: Path) -> None:
-    before = _seed(env, project)
-    with pytest.raises(InstallError, match="--mcp-hooks needs --replay"):
-        install(project, replay=False, mcp_hooks=True, exes=EXES, env=env)
-    assert _claude_json(env).read_bytes() == before
-    assert not (project / ".claude").exists()
-    done = _bir("install", "--mcp-hooks", "--project", str(project), env=env)
-    assert done.returncode == 1
-    assert "--mcp-hooks needs --replay" in done.stderr
+    # The command it named wraps the server, and only that one.
+    again = _bir(*report["wrapCommands"]["fleet"].split()[1:], env=env)
+    assert again.returncode == 0, again.stderr
+    assert _settings(project)["enabledMcpjsonServers"] == ["fleet"]
+    assert set(_local(env, project)) == {"bir", "fleet"}
 
 
-def test_installing_again_without_mcp_hooks_puts_the_commands_back_in_place(env: dict[str, str], project: Path) -> None:
-    _seed(env, project)
-    install(project, replay=True, exes=EXES, env=env)
-    plain = _settings(project)
-    install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
-    assert _settings(project) != plain
-    install(project, replay=True, exes=EXES, env=env)
-    assert _settings(project) == plain
+def test_approve_takes_names_and_refuses_one_bir_cannot_approve(env: dict[str, str], project: Path) -> None:
+    done = _bir("install", "--approve", "fleet,db", "--project", str(project), env=env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(_settings(project)["enabledMcpjsonServers"]) == ["db", "fleet"]
+
+    refused = _bir("install", "--approve", "nosuch", "--project", str(project), env=env)
+    assert refused.returncode == 1
+    assert "nosuch is not a server of this project's .mcp.json (its servers: db, fleet, web)" in refused.stderr
+
+    both = _bir("install", "--yes", "--approve", "db", "--project", str(project), env=env)
+    assert both.returncode == 2
+    assert "--yes or --approve, not both" in both.stderr
 
 
-def test_uninstall_replay_turns_the_mcp_hooks_back_into_commands_and_uninstall_restores_every_byte(
+def _on_a_terminal(args: list[str], env: dict[str, str], answers: list[str]) -> tuple[int, str]:
+    """Run ``bir`` with a pseudo-terminal as its stdin and stdout, answering each question in turn."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([BIR, *args], stdin=follower, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:
+                    break  # the command closed the terminal: it is done
+                if not chunk:
+                    break
+                seen += chunk
+                if seen.rstrip().endswith(b"[y/N]") and answers:
+                    os.write(leader, (answers.pop(0) + "\n").encode())
+            elif process.poll() is not None:
+                break
+        code = process.wait(30)
+    finally:
+        os.close(leader)
+        if process.poll() is None:
+            process.kill()
+    return code, seen.decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def test_on_a_terminal_install_asks_about_each_unapproved_server_showing_its_command_line(
     env: dict[str, str], project: Path
 ) -> None:
-    original_claude = _seed(env, project)
-    settings_path = project / ".claude" / "settings.local.json"
-    settings_path.parent.mkdir()
-    theirs = {"type": "command", "command": "lint"}
-    original_settings = _write_json(settings_path, {"hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [theirs]}]}})
-    install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
-    assert _settings(project)["hooks"]["PostToolUse"][0]["hooks"] == [theirs]
+    code, shown = _on_a_terminal(["install", "--replay", "--project", str(project)], env, ["y", "n"])
 
-    change = uninstall(project, replay_only=True, env=env, exes=EXES)
-
-    assert "bir" not in _local(env, project)
-    hooks = _settings(project)["hooks"]
-    for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
-        ours = [h for group in hooks[event] for h in group["hooks"] if h != theirs]
-        assert ours == [{"type": "command", "command": f"{EXES.hook} {event}", "timeout": HOOK_EVENTS[event][0]}]
-    assert str(settings_path) in change.files_changed
-
-    uninstall(project, env=env)
-    assert settings_path.read_bytes() == original_settings
-    assert _claude_json(env).read_bytes() == original_claude
+    assert code == 0, shown
+    assert "2 .mcp.json servers of this project are not approved in Claude Code yet" in shown
+    assert "  fleet: python -m fleet\nWrap fleet (and allow it in Claude Code)? [y/N]" in shown
+    assert "  db: db\nWrap db (and allow it in Claude Code)? [y/N]" in shown
+    assert "web" not in shown.split("bir is installed")[0]
+    assert _settings(project)["enabledMcpjsonServers"] == ["fleet"]
+    assert set(_local(env, project)) == {"bir", "fleet"}
+    stored = installed.project(project)
+    assert stored is not None
+    assert stored.install["approvedServers"] == ["fleet"]
 
 
-def test_uninstall_takes_the_mcp_hooks_out_exactly_when_someone_changed_the_file_since(
+def test_uninstall_replay_only_turns_replay_off_and_says_the_bir_server_stays(
     env: dict[str, str], project: Path
 ) -> None:
-    _seed(env, project)
-    install(project, replay=True, mcp_hooks=True, exes=EXES, env=env)
-    settings_path = project / ".claude" / "settings.local.json"
-    doc = _settings(project)
-    doc["permissions"] = {"allow": ["Bash(ls)"]}
-    _write_json(settings_path, doc)
+    assert _bir("install", "--replay", "--project", str(project), env=env).returncode == 0
+    done = _bir("uninstall", "--replay", "--project", str(project), env=env)
+    assert done.returncode == 0, done.stderr
+    assert "lists no tools from now on" in done.stdout
+    assert "bir" in _local(env, project)
 
-    uninstall(project, env=env)
 
-    assert _settings(project) == {"permissions": {"allow": ["Bash(ls)"]}}
+def test_mcp_hooks_is_still_accepted_and_command_hooks_opts_out(env: dict[str, str], project: Path) -> None:
+    assert _bir("install", "--mcp-hooks", "--project", str(project), env=env).returncode == 0
+    assert _settings(project)["hooks"]["PreToolUse"][0]["hooks"][0]["type"] == "mcp_tool"
+    assert _bir("install", "--command-hooks", "--project", str(project), env=env).returncode == 0
+    assert _settings(project)["hooks"]["PreToolUse"][0]["hooks"][0]["type"] == "command"

@@ -82,3 +82,21 @@ def test_bir_logs_with_no_log_yet_says_where_it_looked(tmp_path: Path) -> None:
     assert run_logs(tmp_path, lines=5, follow_on=False, as_json=False, write=out.append) == 0
     assert out[0].startswith("No log yet for")
     assert "bir up" in out[0]
+
+
+def test_bir_logs_prints_no_control_character_of_what_was_logged(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    log_to_file(project_log(project))
+    try:
+        log_event("replay.step", error="\x1b]52;c;cm0gLXJmIH4=\x07boom\x1b[2J\x85")
+    finally:
+        set_stream(None)
+    shown: list[str] = []
+    run_logs(project, lines=5, follow_on=False, as_json=False, write=shown.append)
+    assert "error=]52;c;cm0gLXJmIH4=boom[2J" in shown[0]
+    raw: list[str] = []
+    run_logs(project, lines=5, follow_on=False, as_json=True, write=raw.append)
+    # JSON escapes C0 characters as text; a raw C1 character is dropped, and the line stays JSON.
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in raw[0])
+    assert json.loads(raw[0])["error"] == "\x1b]52;c;cm0gLXJmIH4=\x07boom\x1b[2J"

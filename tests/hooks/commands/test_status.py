@@ -17,7 +17,7 @@ from bir.core import config, credentials, installed
 from bir.core.off_switch import OffState
 from bir.hooks import api
 from bir.hooks.commands import status
-from bir.hooks.commands.probes import ControlFacts, ServiceCheck
+from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service
 from bir.hooks.commands.status import StatusFacts
 from bir.hooks.discovery import Discovery
 from tests.fakes.fixtures import running_fake_service
@@ -173,3 +173,11 @@ def test_colour_is_used_only_when_asked() -> None:
     health = api.Health(ok=True, pid=1, version="0", uptime_ms=1000, served=["fleet"], wrapped=["fleet"])
     assert "\x1b[" in status.render_text(facts(health), colour=True)
     assert "\x1b[" not in status.render_text(facts(health), colour=False)
+
+
+@pytest.mark.anyio
+async def test_the_service_check_shows_its_url_without_userinfo() -> None:
+    check = await check_service("http://me:hunter22@127.0.0.1:1", "tok", timeout_s=1)
+    assert check.verdict == "unreachable"
+    assert check.url == "http://***@127.0.0.1:1"
+    assert "hunter22" not in check.detail

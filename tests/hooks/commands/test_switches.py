@@ -10,7 +10,7 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +122,7 @@ def test_the_environment_overrides_are_named_in_the_status(
 
 
 def test_bir_replay_without_a_switch_still_needs_a_scenario_and_a_prompt(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["replay", "--prompt", "x"])
-    assert exited.value.code == 2
+    assert main(["replay", "--prompt", "x"]) == 2
     assert "--scenario and --prompt" in capsys.readouterr().err
 
 
@@ -187,6 +185,7 @@ async def test_a_running_bir_scenario_lists_nothing_after_bir_off_and_run_scenar
         if isinstance(message, types.ToolListChangedNotification):
             next(event for event in changed if not event.is_set()).set()
 
+    installed.update(project, replay=True)  # run_scenario is listed only while replay is on
     async with control_server(project), bir_scenario(project, tmp_path / "err", on_message=on_message) as client:
         assert [tool.name for tool in (await client.list_tools()).tools] == ["run_scenario"]
         assert main(["off"]) == 0
@@ -299,15 +298,27 @@ async def cli(*argv: str) -> int:
     return await anyio.to_thread.run_sync(main, list(argv))
 
 
+@pytest.fixture
+def stdin(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """What ``bir login`` reads its token from: a pipe, not a terminal."""
+
+    def give(text: str) -> None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+
+    return give
+
+
 @pytest.mark.anyio
 async def test_login_checks_the_token_stores_it_0600_and_logout_forgets_it(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], stdin: Callable[[str], None]
 ) -> None:
     async with running_fake_service() as fake:
-        assert await cli("login", "--url", fake.url, "--token", fake.token) == 0
+        stdin(fake.token + "\n")
+        assert await cli("login", "--url", fake.url) == 0
     out = capsys.readouterr().out
     assert "Signed in to" in out
     assert "accepted the token" in out
+    assert "next request to the service (no restart)" in out
     path = credentials.credentials_path()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert credentials.load() == credentials.Credentials(fake.url, fake.token, credentials.load().saved_at)  # type: ignore[union-attr]
@@ -317,9 +328,12 @@ async def test_login_checks_the_token_stores_it_0600_and_logout_forgets_it(
 
 
 @pytest.mark.anyio
-async def test_a_token_the_service_refuses_is_not_stored(capsys: pytest.CaptureFixture[str]) -> None:
+async def test_a_token_the_service_refuses_is_not_stored(
+    capsys: pytest.CaptureFixture[str], stdin: Callable[[str], None]
+) -> None:
     async with running_fake_service() as fake:
-        assert await cli("login", "--url", fake.url, "--token", "wrong") == 1
+        stdin("wrong\n")
+        assert await cli("login", "--url", fake.url) == 1
     err = capsys.readouterr().err
     assert "refused this token" in err
     assert "nothing was stored" in err
@@ -327,52 +341,111 @@ async def test_a_token_the_service_refuses_is_not_stored(capsys: pytest.CaptureF
 
 
 @pytest.mark.anyio
-async def test_a_service_that_is_down_gets_the_token_stored_and_says_it_is_not_checked(
-    capsys: pytest.CaptureFixture[str],
+async def test_a_service_that_does_not_answer_as_the_service_stores_nothing_and_says_how_to_store_it_anyway(
+    capsys: pytest.CaptureFixture[str], stdin: Callable[[str], None]
 ) -> None:
     async with running_fake_service() as fake:
         fake.down = True
-        assert await cli("login", "--url", fake.url, "--token", "tok", "--json") == 0
-    data = json.loads(capsys.readouterr().out)
-    assert data["check"] == "unexpected"
-    assert "503" in data["detail"]
+        stdin("tok\n")
+        assert await cli("login", "--url", fake.url, "--json") == 1
+        data = json.loads(capsys.readouterr().out)
+        assert data["error"] == "not_the_service"
+        assert "503" in data["message"]
+        assert "--no-check" in data["message"]
+        assert credentials.load() is None
+
+        stdin("tok\n")
+        asked = len(fake.requests)
+        assert await cli("login", "--url", fake.url, "--no-check") == 0
+        assert len(fake.requests) == asked
+    out = capsys.readouterr().out
+    assert "without checking it (--no-check): bir did not contact the service" in out
     assert credentials.load() is not None
 
 
-def test_login_reads_the_token_from_stdin_when_it_is_not_a_terminal(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_a_url_that_does_not_answer_is_not_stored(
+    capsys: pytest.CaptureFixture[str], stdin: Callable[[str], None]
 ) -> None:
-    monkeypatch.setattr(sys, "stdin", io.StringIO("piped-token\n"))
-    # Nothing listens on port 9 of loopback: unreachable, so stored unchecked.
-    code, out, _ = run(capsys, "login", "--url", "http://127.0.0.1:9")
+    stdin("piped-token\n")
+    # Nothing listens on port 9 of loopback.
+    code, _, err = run(capsys, "login", "--url", "http://127.0.0.1:9")
+    assert code == 1
+    assert "could not be reached" in err
+    assert "nothing was stored" in err
+    assert credentials.load() is None
+
+
+@pytest.mark.anyio
+async def test_a_web_page_that_answers_404_is_not_taken_for_the_service(
+    capsys: pytest.CaptureFixture[str], stdin: Callable[[str], None]
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    from bir.benchmarks.serving import Releaser, serve_in_thread_async
+
+    async def page(request: object) -> HTMLResponse:
+        return HTMLResponse("<h1>Not Found</h1>", status_code=404)
+
+    app = Starlette(routes=[Route("/{path:path}", page)])
+    async with serve_in_thread_async(app, Releaser()) as url:
+        stdin("tok\n")
+        assert await cli("login", "--url", url) == 1
+    assert "did not answer as the BaseIn service" in capsys.readouterr().err
+    assert credentials.load() is None
+
+
+def test_login_reads_the_token_from_stdin_when_it_is_not_a_terminal(
+    capsys: pytest.CaptureFixture[str], stdin: Callable[[str], None]
+) -> None:
+    stdin("piped-token\n")
+    code, out, _ = run(capsys, "login", "--url", "http://127.0.0.1:9", "--no-check")
     assert code == 0
-    assert "not checked" in out
+    assert "without checking" in out
     stored = credentials.load()
     assert stored is not None
     assert stored.token == "piped-token"
 
 
-def test_login_without_a_url_or_a_token_is_a_usage_error_that_says_how(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_a_token_on_the_command_line_is_refused_with_the_way_that_keeps_it_out_of_ps(
+    capsys: pytest.CaptureFixture[str], stdin: Callable[[str], None]
 ) -> None:
-    code, _, err = run(capsys, "login", "--token", "t")
+    stdin("")
+    code, _, err = run(capsys, "login", "--url", "http://127.0.0.1:9", "--token", "t0k3n")
+    assert code == 2
+    assert "`ps`" in err
+    assert "| bir login" in err
+    assert "t0k3n" not in err
+    assert credentials.load() is None
+    with pytest.raises(SystemExit):
+        main(["login", "--help"])
+    assert "--token" not in capsys.readouterr().out
+
+
+def test_login_without_a_url_or_a_token_is_a_usage_error_that_says_how(
+    capsys: pytest.CaptureFixture[str], stdin: Callable[[str], None]
+) -> None:
+    stdin("t\n")
+    code, _, err = run(capsys, "login")
     assert code == 2
     assert "--url" in err
-    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    stdin("")
     code, _, err = run(capsys, "login", "--url", "https://basein.example.com")
     assert code == 2
-    assert "--token" in err
+    assert "pipe it on stdin" in err
     assert credentials.load() is None
 
 
 def test_login_warns_that_the_environment_wins(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, stdin: Callable[[str], None]
 ) -> None:
     monkeypatch.setenv("BIR_AUTH_URL", "http://127.0.0.1:9/other")
     monkeypatch.setenv("BIR_TOKEN", "env-token")
-    code, out, _ = run(capsys, "login", "--url", "http://127.0.0.1:9", "--token", "stored-token")
+    stdin("stored-token\n")
+    code, out, _ = run(capsys, "login", "--url", "http://127.0.0.1:9", "--no-check")
     assert code == 0
     assert "BIR_AUTH_URL in this environment wins" in out
     assert "BIR_TOKEN in this environment wins" in out
     assert ServiceClient().base_url == "http://127.0.0.1:9/other"
-    assert ServiceClient()._token == "env-token"
+    assert ServiceClient()._sign_in()[1] == "env-token"

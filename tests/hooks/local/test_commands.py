@@ -1,9 +1,10 @@
-"""The commands on the local store: ``bir scenario list|show|match|forget`` and ``bir stats``, as a person
-runs them in a project with no service configured."""
+"""The commands on the local store: ``bir scenario list|show|match|forget|export|import`` and ``bir stats``,
+as a person runs them in a project with no service configured."""
 
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import anyio
@@ -88,3 +89,64 @@ def test_scenario_forget_removes_the_scenario_and_its_run(recorded: Path, capsys
     assert "Nothing is called scn_cmd in the local store." in capsys.readouterr().out
     assert main(["stats", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["store"]["runs"] == 0
+
+
+def test_an_exported_store_imports_into_another_home_where_its_scenario_matches_and_twice_adds_nothing(
+    recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    exported = tmp_path / "bir-store.json"
+    assert main(["scenario", "export", str(exported)]) == 0
+    said = capsys.readouterr().out
+    assert f"Exported 1 run, 1 scenario, 0 edits, 0 bookings, 0 tickets (1 ready) to {exported}" in said
+    assert stat.S_IMODE(exported.stat().st_mode) == 0o600
+    before = exported.read_bytes()
+    assert main(["scenario", "export", str(exported)]) == 2
+    assert "exists; give another file, or --force to replace it" in capsys.readouterr().err
+    assert exported.read_bytes() == before
+    assert main(["scenario", "export", str(exported), "--force", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"]["scenarios"] == 1
+
+    monkeypatch.setenv("BIR_HOME", str(tmp_path / "another-home"))
+    assert main(["scenario", "import", str(exported), "--json"]) == 0
+    added = json.loads(capsys.readouterr().out)["added"]
+    assert (added["runs"], added["steps"], added["scenarios"]) == (1, 2, 1)
+    prompt = "show the details of the riskiest device in us-east-1"
+    assert main(["scenario", "match", prompt, "--project", str(recorded)]) == 0
+    assert 'Matches scn_cmd by the slot rule (similarity 1.0), with {"region": "us-east-1"}.' in capsys.readouterr().out
+    assert main(["scenario", "import", str(exported)]) == 0
+    again = capsys.readouterr().out
+    assert "Imported 0 runs, 0 scenarios, 0 edits, 0 bookings, 0 tickets" in again
+    assert "Already here, and kept as they are: 1 run, 1 scenario" in again
+
+
+def test_an_import_that_does_not_fit_is_refused_whole_and_a_file_that_is_not_an_export_is_named(
+    recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    exported = tmp_path / "bir-store.json"
+    assert main(["scenario", "export", str(exported)]) == 0
+    document = json.loads(exported.read_text())
+    # The runs and steps are fine; a scenario row without its body cannot be stored.
+    document["scenarios"][0].pop("body")
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(document))
+    monkeypatch.setenv("BIR_HOME", str(tmp_path / "another-home"))
+    capsys.readouterr()
+    assert main(["scenario", "import", str(broken)]) == 1
+    assert "nothing was imported" in capsys.readouterr().err
+    assert main(["stats", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["store"]["runs"] == 0
+
+    (tmp_path / "other.json").write_text(json.dumps({"format": "something else"}))
+    assert main(["scenario", "import", str(tmp_path / "other.json"), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"] == "refused"
+    (tmp_path / "torn.json").write_text(exported.read_text()[:100])
+    assert main(["scenario", "import", str(tmp_path / "torn.json")]) == 2
+    assert "is not JSON" in capsys.readouterr().err
+    assert main(["scenario", "import", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_export_with_no_store_yet_says_so_and_creates_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scenario", "export", str(tmp_path / "x.json")]) == 1
+    assert "there is no local store at" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()

@@ -3,8 +3,11 @@ boundary: ``bir-hook`` and ``bir-proxy`` never load it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,3 +52,55 @@ def test_the_hook_and_proxy_processes_never_import_the_model_or_numpy(module: st
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_numpy_loads_with_one_blas_thread_even_when_the_index_reads_a_stored_vector_first(tmp_path: Path) -> None:
+    # The index is built in a thread of its own at start and may import numpy before the model does:
+    # OpenBLAS reads its thread count once, then (a second thread cost 4-6x per prompt on this machine).
+    code = f"""
+import os, struct, sys
+from pathlib import Path
+from bir.hooks.local.runtime import LocalService
+from bir.hooks.local.store import Store
+store = Store(Path({str(tmp_path / "store.db")!r}))
+store.create_run("run_1", project="/p", input="list the open incidents for fleet eu-west")
+template = {{"text": "list the open incidents for fleet eu-west", "slots": [], "samples": {{}}}}
+store.put_scenario("scn_1", project="/p", run_id="run_1", state="ready", reason=None, body={{}},
+                   template=template, normalized="x", embedding=struct.pack("384f", *([0.0] * 384)))
+assert "numpy" not in sys.modules
+LocalService(store, project="/p", load_model=False).warm()
+print("numpy" in sys.modules, os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True)
+    assert done.stdout.split() == ["True", "1"]
+
+
+def test_the_embedder_keeps_the_vectors_it_computed_last_and_forgets_the_oldest() -> None:
+    model = MiniLM.load()
+    computed: list[str] = []
+    forward = model.embed
+
+    def counted(text: str) -> Any:
+        computed.append(text)
+        return forward(text)
+
+    model.embed = counted  # type: ignore[method-assign]
+    embedder = Embedder(load=lambda: model, cache_entries=2)
+    assert embedder.wait(10.0)
+    first = embedder.embed("list the open incidents for fleet {region}")
+    assert first is not None
+    assert embedder.embed("list the open incidents for fleet {region}") is first
+    assert embedder.hits == 1
+    assert not first.flags.writeable
+    embedder.embed("show the riskiest device in {region}")
+    embedder.embed("count the failed jobs of {target}")
+    again = embedder.embed("list the open incidents for fleet {region}")
+    assert again is not None
+    assert float(again @ first) == pytest.approx(1.0, abs=1e-6)
+    assert computed == [
+        "list the open incidents for fleet {region}",
+        "show the riskiest device in {region}",
+        "count the failed jobs of {target}",
+        "list the open incidents for fleet {region}",
+    ]

@@ -165,11 +165,16 @@ async def test_turn_one_is_recorded_and_turn_two_with_another_region_replays_fro
                     assert line["measuredReplays"] == 1
                     assert line["savedUsd"] > 0
                     assert line["savedSeconds"] is not None
+                    # The report carried turn two's usage: the tokens saved are turn one's less turn two's.
+                    assert line["savedTokens"] == (30_000 + 2_000) - (3_000 + 300)
                     capsys.readouterr()
                     assert main(["stats", "--json"]) == 0
                     shown = json.loads(capsys.readouterr().out)
                     assert shown["totals"]["replays"] == 1
                     assert shown["totals"]["savedUsd"] == line["savedUsd"]
+                    assert shown["totals"]["savedTokens"] == 28_700
+                    assert main(["stats"]) == 0
+                    assert "saved in all: 28,700 tokens, $" in capsys.readouterr().out
                 finally:
                     store.close()
         finally:

@@ -109,7 +109,10 @@ async def test_a_server_that_exits_before_the_handshake_is_a_clear_error(
         "quits", f"{sys.executable} -c 'import sys; sys.exit(3)'", project=tmp_path, env=proxy_environment(tmp_path)
     )
     try:
-        with pytest.raises(HostSessionError, match=r"^quits: the proxy exited before initializing"):
+        with pytest.raises(
+            HostSessionError,
+            match=r"^--wrap quits: `.*` exited before the MCP handshake, so it is not a stdio MCP server",
+        ):
             await host.start()
     finally:
         await host.stop()
@@ -122,7 +125,10 @@ async def test_a_command_that_is_not_an_mcp_server_times_out_and_its_whole_tree_
     monkeypatch.setattr(host_module, "INITIALIZE_TIMEOUT_S", 1.0)
     host = ProxyHost("mute", "sleep 600", project=tmp_path, env=proxy_environment(tmp_path))
     try:
-        with pytest.raises(HostSessionError, match=r"^mute did not answer initialize within 1 s"):
+        with pytest.raises(
+            HostSessionError,
+            match=r"^--wrap mute: `sleep 600` did not answer MCP's initialize within 1 s, so it is not a stdio",
+        ):
             await host.start()
         assert any(p.cmdline()[:1] == ["sleep"] for p in new_processes())
     finally:

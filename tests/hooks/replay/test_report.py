@@ -100,3 +100,10 @@ def test_the_json_document_is_one_serialisable_object_with_the_whole_account() -
     assert doc["responseModel"] == {"top": "d2"}
     assert doc["summary"] == "Done: all 3 steps ran."
     assert doc["exitCode"] == 0
+
+
+def test_no_escape_sequence_of_an_output_or_a_parameter_reaches_the_terminal() -> None:
+    hostile = call_tool_result("\x1b[2J\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x07rows")
+    text = render_text(report(step(0, "mcp__fleet__list_devices", hostile), params={"region": "eu\x9b31m"}))
+    assert not any((ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F for c in text)
+    assert "[2J]0;owned]52;c;cm0gLXJmIH4=rows" in text

@@ -403,3 +403,57 @@ def test_bir_hooks_publishes_discovery_serves_and_cleans_up_on_sigterm(tmp_path:
             child.wait()
         if child.stderr is not None:
             child.stderr.close()
+
+
+def _deep(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+async def test_json_nested_too_deeply_answers_a_hook_empty_and_any_other_route_a_bounded_400(
+    client: httpx.AsyncClient,
+) -> None:
+    headers = {"content-type": "application/json"}
+    hook = await client.post(
+        "/tool/pre", content=b'{"session_id":"s","tool_input":' + _deep(5000) + b"}", headers=headers
+    )
+    assert (hook.status_code, hook.json()) == (200, {})
+    step = b'{"serverName":"fleet","toolName":"t","durationMs":1,"result":' + _deep(5000) + b"}"
+    refused = await client.post("/proxy/step", content=step, headers=headers)
+    assert refused.status_code == 400
+    assert "nested too deeply" in refused.json()["error"]
+    assert len(refused.text) < 600
+    assert (await client.get("/health")).status_code == 200
+
+
+async def test_a_replay_call_while_replay_is_off_is_refused_at_once_as_not_sent() -> None:
+    server = ControlServer(token=TOKEN, replay_enabled=False)
+    url = await server.start()
+    try:
+        server.queue.register("fleet", "fleet#1")
+        async with httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, trust_env=False
+        ) as http:
+            body = {"serverName": "fleet", "toolName": "list_devices", "arguments": {}, "timeoutMs": 60_000}
+            with anyio.fail_after(5):
+                answer = (await http.post("/replay/call", json=body)).json()
+    finally:
+        await server.stop()
+    assert answer["ok"] is False
+    assert answer["sent"] is False
+    assert "replay is off" in answer["why"]
+
+
+async def test_a_host_that_is_not_the_servers_own_address_is_refused_even_with_the_token(
+    client: httpx.AsyncClient,
+) -> None:
+    refused = await client.get("/health", headers={"Host": "evil.example:80"})
+    assert refused.status_code == 403
+    assert refused.json() == {"error": "not this server's address"}
+    assert (await client.get("/health")).status_code == 200
+    port = httpx.URL(str(client.base_url)).port
+    assert (await client.get("/health", headers={"Host": f"localhost:{port}"})).status_code == 200
+
+
+async def test_a_forwarded_for_header_never_changes_the_peer_the_guard_sees(client: httpx.AsyncClient) -> None:
+    answer = await client.get("/health", headers={"X-Forwarded-For": "203.0.113.5", "X-Real-IP": "203.0.113.5"})
+    assert answer.status_code == 200

@@ -389,3 +389,128 @@ async def test_a_call_whose_proxy_exits_after_taking_it_may_or_may_not_have_run(
     error = await _failure_when_the_proxy_exits(taken=True)
     assert isinstance(error, ProxyGoneError)
     assert "may or may not have run" in str(error)
+
+
+async def test_a_proxy_whose_process_is_gone_is_not_served() -> None:
+    queue = ProxyWorkQueue()
+    queue.register("fleet", "p-dead", pid=await _exited_pid())
+    assert not queue.is_served("fleet")
+
+
+async def test_a_proxy_that_unregisters_is_gone_at_once_and_its_server_is_listed_as_left() -> None:
+    queue = ProxyWorkQueue()
+    queue.register("fleet", "p1", pid=None)
+    assert queue.is_served("fleet")
+    outcome: list[WorkQueueError] = []
+
+    async def call() -> None:
+        try:
+            await queue.call("fleet", "get_device", {}, 30)
+        except WorkQueueError as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            await anyio.wait_all_tasks_blocked()
+            assert queue.stats()["queued"] == 1
+            assert not queue.unregister("p1", "chrome")  # not its server: nothing happens
+            assert queue.unregister("p1", "fleet")
+    assert not queue.is_served("fleet")
+    assert queue.left() == ["fleet"]
+    assert [type(e) for e in outcome] == [ProxyExitedError]  # queued, never taken: nothing ran
+    assert queue.stats() == {"proxies": 0, "queued": 0, "calls": 0, "sessions": 0, "parked": 0}
+    assert not queue.unregister("p1", "fleet")
+    # A proxy of a new session for it: the server is no longer one that was left.
+    queue.register("fleet", "p2")
+    assert queue.left() == []
+
+
+async def _serve_as(queue: ProxyWorkQueue, proxy_id: str, served: list[str]) -> None:
+    work = await queue.wait_for_work("fleet", proxy_id, 30)
+    if work is not None:
+        served.append(proxy_id)
+        queue.complete(work.work_id, proxy_id)
+
+
+async def test_two_live_sessions_each_get_the_proxy_their_host_started_before_any_call() -> None:
+    queue = ProxyWorkQueue()
+    async with await anyio.open_process(["sleep", "30"]) as host_a, await anyio.open_process(["sleep", "30"]) as host_b:
+        # Proxies first (Claude Code starts its MCP servers beside the first hooks), then each session's hook.
+        queue.register("fleet", "a-proxy", pid=None, host_pid=host_a.pid)
+        queue.register("fleet", "b-proxy", pid=None, host_pid=host_b.pid)
+        queue.note_session("session-a", host_pid=host_a.pid)
+        # The other order: a session heard from before its proxy registered.
+        queue.note_session("session-c", host_pid=host_b.pid)
+        queue.register("fleet", "c-proxy", host_pid=host_b.pid)
+        served: list[str] = []
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                for proxy_id in ("a-proxy", "b-proxy", "c-proxy"):
+                    group.start_soon(_serve_as, queue, proxy_id, served)
+                await anyio.wait_all_tasks_blocked()
+                assert await queue.call("fleet", "list_devices", {}, 5, session_id="session-c") == "c-proxy"
+                assert await queue.call("fleet", "list_devices", {}, 5, session_id="session-a") == "a-proxy"
+                group.cancel_scope.cancel()
+        host_a.kill()
+        host_b.kill()
+    assert served == ["c-proxy", "a-proxy"]
+
+
+async def test_a_later_session_of_the_same_host_takes_its_proxies_over() -> None:
+    queue = ProxyWorkQueue()
+    async with await anyio.open_process(["sleep", "30"]) as host:
+        queue.register("fleet", "p1", host_pid=host.pid)
+        queue.note_session("before-clear", host_pid=host.pid)
+        queue.note_session("after-clear", host_pid=host.pid)
+        served: list[str] = []
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(_serve_as, queue, "p1", served)
+                await anyio.wait_all_tasks_blocked()
+                assert await queue.call("fleet", "list_devices", {}, 5, session_id="after-clear") == "p1"
+        host.kill()
+
+
+async def test_a_session_whose_host_died_stops_counting_at_once_and_its_proxies_with_it() -> None:
+    queue = ProxyWorkQueue()
+    async with await anyio.open_process(["sleep", "30"]) as host:
+        queue.register("fleet", "dead-session-proxy", host_pid=host.pid)
+        queue.note_session("dead", host_pid=host.pid)
+        # The dead session's proxy still polls (orphaned), and a second session's proxy has no host yet.
+        queue.register("fleet", "unbound")
+        host.kill()
+        await host.wait()
+    served: list[str] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(_serve_as, queue, "unbound", served)
+            await anyio.wait_all_tasks_blocked()
+            # No SessionEnd came; the dead host is enough for the other session to take the unbound proxy.
+            assert await queue.call("fleet", "list_devices", {}, 5, session_id="alive") == "unbound"
+    assert queue.host_of("dead") is None
+    assert served == ["unbound"]
+
+
+async def test_a_proxy_whose_host_died_is_not_served_though_it_polled_just_now() -> None:
+    queue = ProxyWorkQueue()
+    async with await anyio.open_process(["sleep", "30"]) as host:
+        queue.register("fleet", "orphan", host_pid=host.pid)
+        assert queue.is_served("fleet")
+        host.kill()
+        await host.wait()
+    assert not queue.is_served("fleet")
+    with pytest.raises(NoProxyError):
+        await queue.call("fleet", "list_devices", {}, 5)
+
+
+async def test_an_unbound_proxy_of_another_host_is_never_lent_to_a_session() -> None:
+    queue = ProxyWorkQueue()
+    async with await anyio.open_process(["sleep", "30"]) as other, await anyio.open_process(["sleep", "30"]) as mine:
+        queue.register("fleet", "other-proxy", host_pid=other.pid)
+        queue.note_session("mine", host_pid=mine.pid)
+        with anyio.fail_after(5), pytest.raises(NoSessionProxyError):
+            await queue.call("fleet", "list_devices", {}, 5, session_id="mine")
+        other.kill()
+        mine.kill()
+    assert queue.stats()["queued"] == 0

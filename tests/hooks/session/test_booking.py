@@ -57,3 +57,18 @@ def test_a_costless_errorless_decline_has_nothing_to_send_but_its_draft_claims_t
     assert report is not None
     assert report.body is None
     assert draft(run(matched=hit()), "tkt_1", armed=False) == {"ticket": "tkt_1", "outcome": "not_steered"}
+
+
+def test_a_matched_turns_report_carries_the_turns_usage_so_the_tokens_it_saved_can_be_counted() -> None:
+    report = book(run(matched=hit()), USAGE, sealed_at=11.0).report
+    assert report is not None
+    assert report.body is not None
+    assert report.body["usage"] == [
+        {
+            "model": "claude-sonnet-4-5",
+            "inputTokens": 1000,
+            "outputTokens": 100,
+            "cacheCreationInputTokens": 0,
+            "cacheReadInputTokens": 0,
+        }
+    ]

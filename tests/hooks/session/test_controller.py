@@ -3,14 +3,28 @@ BaseIn over loopback HTTP, a real ``bir-proxy`` wrapping the real demo fleet ser
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
+from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
+from bir.cli import main
 from tests.fakes.baseinsvc import Canned
-from tests.hooks.control_rig import PROMPT, Rig, direct_hit, hook_input, scenario
+from tests.fakes.fixtures import running_fake_service
+from tests.hooks.control_rig import (
+    PROMPT,
+    Rig,
+    direct_hit,
+    hook_input,
+    live_server,
+    scenario,
+    transcript_call,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -253,3 +267,121 @@ async def test_a_first_prompt_waits_a_moment_for_the_proxies_bir_installed_befor
     [armed] = rig.events("plan.armed")
     assert armed["mode"] == "direct"
     assert "Call mcp__bir__run_scenario once" in answer["hookSpecificOutput"]["additionalContext"]
+
+
+async def test_a_server_approved_since_the_install_is_wrapped_at_session_start_and_the_user_told_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, captured_logs: io.StringIO
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    project = (tmp_path / "project").resolve()
+    project.mkdir()
+    fleet = {"command": sys.executable, "args": ["-m", "bir.examples.fleet_server"]}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"fleet": fleet}}))
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    # The user said yes in Claude Code's dialog, which records it where bir reads it.
+    settings_path = project / ".claude" / "settings.local.json"
+    settings = json.loads(settings_path.read_text())
+    settings["enabledMcpjsonServers"] = ["fleet"]
+    settings_path.write_text(json.dumps(settings))
+
+    async with running_fake_service() as fake, live_server(project, fake) as http:
+        start = hook_input("SessionStart", source="startup", cwd=str(project))
+        first = (await http.post("/session/start", json=start)).json()
+        second = (await http.post("/session/start", json={**start, "session_id": "sess-2"})).json()
+        # This session's fleet started unwrapped: its prompts do not wait for a proxy that never comes.
+        direct_hit(fake)
+        await http.post("/session/prompt", json=hook_input("UserPromptSubmit", prompt=PROMPT, cwd=str(project)))
+    events = [json.loads(line)["event"] for line in captured_logs.getvalue().splitlines()]
+    assert "replay.proxy_wait" not in events
+    assert "plan.armed" in events or "replay.decision" in events
+
+    assert first == {
+        "systemMessage": "bir: fleet was approved in Claude Code since bir was installed here; from the next session"
+        " on it runs behind bir-proxy, so scenarios calling its tools can run direct."
+    }
+    assert "hookSpecificOutput" not in first  # nothing reaches the model
+    assert second == {}
+    local = json.loads((home / ".claude.json").read_text())["projects"][str(project)]["mcpServers"]
+    assert local["fleet"]["args"][:2] == ["--server-name", "fleet"]
+
+
+async def _settled(
+    rig: Rig, transcript: Path, tool: str, tool_input: dict[str, Any], tool_use_id: str, *, out: Any
+) -> None:
+    """A call both hooks saw: its PostToolUse (its PreToolUse was posted before)."""
+    body = hook_input("PostToolUse", tool_name=tool, tool_input=tool_input, tool_use_id=tool_use_id, tool_response=out)
+    await rig.hook("/tool/post", {**body, "transcript_path": str(transcript)})
+
+
+async def _pre(rig: Rig, transcript: Path, tool: str, tool_input: dict[str, Any], tool_use_id: str) -> dict[str, Any]:
+    body = hook_input("PreToolUse", tool_name=tool, tool_input=tool_input, tool_use_id=tool_use_id)
+    return await rig.hook("/tool/pre", {**body, "transcript_path": str(transcript)})
+
+
+async def test_a_miss_records_its_steps_in_the_order_the_model_made_them_not_the_order_they_settled(
+    rig: Rig, tmp_path: Path
+) -> None:
+    transcript = tmp_path / "session.jsonl"
+    prompt = hook_input("UserPromptSubmit", prompt="something new", transcript_path=str(transcript))
+    await rig.hook("/session/prompt", prompt)
+    first, second = {"file_path": "/a"}, {"command": "ls", "description": "d"}
+    # Two parallel calls: the model made Read, then Bash; Bash settled first.
+    await _pre(rig, transcript, "Read", first, "t1")
+    await _pre(rig, transcript, "Bash", second, "t2")
+    await _settled(rig, transcript, "Bash", second, "t2", out={"stdout": "b"})
+    await _settled(rig, transcript, "Read", first, "t1", out={"type": "text", "file": {"content": "a"}})
+    transcript_call(transcript, "t1", "Read", first, {"type": "text", "file": {"content": "a"}})
+    transcript_call(transcript, "t2", "Bash", second, {"stdout": "b"})
+    await rig.hook("/session/end", {**hook_input("SessionEnd", reason="other"), "transcript_path": str(transcript)})
+    [run_id] = [r.body["id"] for r in rig.fake.requests_to("match")]
+    await rig.until(lambda: rig.fake.requests_to("finish"))
+    steps = rig.fake.steps_of(run_id)
+    assert [(s["stepIndex"], s["toolName"]) for s in steps] == [(0, "Read"), (1, "Bash")]
+
+
+async def test_a_call_no_hook_saw_is_recorded_from_the_transcript_in_its_place_and_in_the_canonical_shape(
+    rig: Rig, tmp_path: Path
+) -> None:
+    transcript = tmp_path / "session.jsonl"
+    await rig.hook(
+        "/session/prompt", hook_input("UserPromptSubmit", prompt="something new", transcript_path=str(transcript))
+    )
+    # Made before the `bir` server (which carries the tool hooks) was connected: no hook saw it.
+    devices = [{"type": "text", "text": '[{"id": "d1"}]'}]
+    transcript_call(transcript, "toolu_early", "mcp__fleet__list_devices", {"region": "eu-west-1"}, devices)
+    transcript_call(transcript, "toolu_failed_early", "Bash", {"command": "exit 3"}, error="Exit code 3")
+    bash = {"command": "echo hi", "description": "d"}
+    await _pre(rig, transcript, "Bash", bash, "t_seen")
+    await _settled(rig, transcript, "Bash", bash, "t_seen", out={"stdout": "hi"})
+    transcript_call(transcript, "t_seen", "Bash", bash, {"stdout": "hi"})
+    await rig.hook("/session/stop", {**hook_input("Stop"), "transcript_path": str(transcript)})
+    await rig.hook("/session/end", {**hook_input("SessionEnd", reason="other"), "transcript_path": str(transcript)})
+    [run_id] = [r.body["id"] for r in rig.fake.requests_to("match")]
+    await rig.until(lambda: rig.fake.requests_to("finish"))
+    steps = rig.fake.steps_of(run_id)
+    assert [s["toolName"] for s in steps] == ["mcp__fleet__list_devices", "Bash", "Bash"]
+    # The same CallToolResult a proxy or a hook would have given (core.tool_output.call_result).
+    assert json.loads(steps[0]["toolOutput"]) == {"content": devices, "isError": False}
+    assert steps[0]["toolInput"] == {"region": "eu-west-1"}
+    assert steps[1]["error"] == "Exit code 3"
+    assert json.loads(steps[2]["toolOutput"]) == {"stdout": "hi"}
+    assert [e["tool_use_id"] for e in rig.events("recording.unseen_call")] == ["toolu_early", "toolu_failed_early"]
+
+
+async def test_a_direct_plan_whose_run_scenario_comes_after_a_call_no_hook_saw_is_vetoed(
+    rig: Rig, tmp_path: Path
+) -> None:
+    transcript = tmp_path / "session.jsonl"
+    direct_hit(rig.fake)
+    answer = await rig.hook(
+        "/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT, transcript_path=str(transcript))
+    )
+    assert "Call mcp__bir__run_scenario once" in answer["hookSpecificOutput"]["additionalContext"]
+    transcript_call(transcript, "toolu_early", "Bash", {"command": "ls"}, {"stdout": "x"})
+    assert await _pre(rig, transcript, "mcp__bir__run_scenario", {}, "toolu_run") == {}
+    [vetoed] = rig.events("replay.vetoed")
+    assert vetoed["code"] == "vetoed"
+    assert rig.fleet_calls() == []

@@ -174,3 +174,32 @@ def test_the_oldest_run_is_forgotten_past_the_bound() -> None:
     assert recorder.recording("run_2")
     assert recorder.recording("run_3")
     assert recorder.step("run_1", None, "Read", {}, tool_output="x") is None
+
+
+@pytest.mark.anyio
+async def test_held_steps_go_in_the_order_given_at_flush_and_a_step_still_held_at_finish_is_not_lost(
+    tmp_path: Path,
+) -> None:
+    async with running_fake_service() as fake, ServiceClient(fake.url, fake.token) as service:
+        assert await service.match("run_miss", "something new") is None
+        box = Outbox(outbox_dir(tmp_path), service, policy=FAST)
+        recorder = Recorder(box, service_configured=True)
+        async with box.running():
+            recorder.start("run_miss")
+            # Settled in this order (parallel calls), but made b, a; c is known to no transcript.
+            assert recorder.hold("run_miss", "toolu_a", "Read", {"file_path": "/a"}, tool_output="A")
+            assert recorder.hold("run_miss", "toolu_b", "Bash", {"command": "ls"}, tool_output="B", duration_ms=3)
+            assert recorder.hold("run_miss", "toolu_c", "Read", {"file_path": "/c"}, tool_output="C")
+            assert not recorder.hold("run_miss", "toolu_a", "Read", {"file_path": "/a"}, tool_output="again")
+            assert not recorder.hold("run_miss", "toolu_bir", "mcp__bir__run_scenario", {}, tool_output="x")
+            assert recorder.holds("run_miss", "toolu_b")
+            assert recorder.flush("run_miss", ["toolu_b", "toolu_gone", "toolu_a"]) == 3
+            assert not recorder.holds("run_miss", "toolu_b")
+            assert recorder.hold("run_miss", "toolu_d", "Read", {"file_path": "/d"}, tool_output="D")
+            assert finish(recorder, "run_miss")
+            assert not recorder.hold("run_miss", "toolu_e", "Read", {"file_path": "/e"}, tool_output="E")
+            assert await box.flush(DEADLINE_S)
+        steps = fake.steps_of("run_miss")
+        assert [(s["stepIndex"], s["toolOutput"]) for s in steps] == [(0, "B"), (1, "A"), (2, "C"), (3, "D")]
+        assert steps[0]["durationMs"] == 3
+        assert "run_miss" in fake.finished

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,9 +14,9 @@ import pytest
 from bir.examples.fleet_server import device_by_id, list_devices_in
 from bir.hooks import api
 from bir.hooks.api import CALL_ID_KEY
-from bir.hooks.session.steer import OWN_ARGUMENTS_NOTE
+from bir.hooks.session.steer import OWN_ARGUMENTS_NOTE, UNSEEN_NOTE
 from tests.fakes.baseinsvc import Canned, FakeBaseIn
-from tests.hooks.control_rig import PROMPT, Rig, hook_input, scenario
+from tests.hooks.control_rig import PROMPT, Rig, hook_input, scenario, transcript_call
 
 pytestmark = pytest.mark.anyio
 
@@ -463,3 +464,29 @@ async def test_the_first_pin_waits_for_a_slow_derivation_only_its_budget_then_ha
     assert "could not compute its parameters for this request" in answer["permissionDecisionReason"]
     assert rig.events("replay.derive_slow")
     assert rig.events("replay.pinned") == []
+
+
+async def test_a_call_no_hook_saw_is_never_pinned_past_nor_diverged_from_and_the_task_is_handed_back(
+    rig: Rig, tmp_path: Path
+) -> None:
+    steer_hit(rig.fake, scenario("fleet-mixed"))
+    transcript = tmp_path / "session.jsonl"
+    answer = await rig.hook(
+        "/session/prompt", hook_input("UserPromptSubmit", prompt=PROMPT, transcript_path=str(transcript))
+    )
+    assert "Call exactly these tools, in order" in answer["hookSpecificOutput"]["additionalContext"]
+    # Step 1 done by the model before the `bir` server that carries the tool hooks was connected.
+    transcript_call(transcript, "toolu_early", LIST, {"region": "eu-west-1"}, [{"type": "text", "text": "[]"}])
+    body = hook_input("PreToolUse", tool_name="Read", tool_input=READ, tool_use_id="t_read")
+    # Not a divergence (that would run step 1 again through the proxy), not a pin: the call runs as written.
+    assert await rig.hook("/tool/pre", {**body, "transcript_path": str(transcript)}) == {}
+    after = await post(rig, "Read", READ, "t_read", READ_RESPONSE)
+    assert after["hookSpecificOutput"]["additionalContext"] == UNSEEN_NOTE
+    assert rig.events("replay.diverged") == []
+    assert rig.events("replay.pinned") == []
+    assert rig.fleet_calls() == []
+    [unseen] = rig.events("replay.unseen_call")
+    assert unseen["tool_use_ids"] == ["toolu_early"]
+    # Nothing after it is pinned either.
+    again = await pre(rig, LIST, {"region": "eu-west-1"}, "t_list")
+    assert again == {}

@@ -1,0 +1,335 @@
+"""The ``bir`` commands as a new user meets them, from the installed wheel on the demo fleet (issue 21):
+one JSON document on every path of ``--json``, a progress line on a terminal and nothing on a pipe, an
+interrupt that says what ran, a sign-in a running server picks up, and processes that end."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from bir.benchmarks.serving import serve_in_thread
+from tests.fakes.baseinsvc import FakeBaseIn
+from tests.sandbox import Sandbox
+from tests.wheel import WHEEL_TEST_TIMEOUT_S
+
+pytestmark = pytest.mark.timeout(WHEEL_TEST_TIMEOUT_S)
+
+FLEET = "fleet=python -m bir.examples.fleet_server"
+DIRECT = ["replay", "--scenario", "fleet-direct", "--prompt", "the riskiest device", "--param", "region=eu-west-1"]
+# Three quick steps and a slow one between them: an interrupt lands while step 3 is in flight.
+SLOW: dict[str, Any] = {
+    "id": "scn_slow",
+    "intent": "list, read, wait, read again",
+    "paramsObject": {"region": {"sampleValue": "eu-west-1", "role": "target"}},
+    "steps": [
+        {
+            "stepIndex": 0,
+            "toolName": "mcp__fleet__list_devices",
+            "toolInputLogic": "return { region: params.region };",
+            "toolOutputLogic": "return { id: JSON.parse(JSON.parse(toolOutput).content[0].text)[0].id };",
+        },
+        {"stepIndex": 1, "toolName": "mcp__fleet__get_device", "toolInputLogic": "return { id: respParams.id };"},
+        {
+            "stepIndex": 2,
+            "toolName": "mcp__fleet__slow_echo",
+            "toolInputLogic": "return { text: respParams.id, delay_ms: 60000 };",
+        },
+        {"stepIndex": 3, "toolName": "mcp__fleet__get_device", "toolInputLogic": "return { id: respParams.id };"},
+    ],
+}
+
+
+@pytest.fixture
+def service() -> Iterator[FakeBaseIn]:
+    fake = FakeBaseIn()
+    with serve_in_thread(fake.app, fake.releaser) as url:
+        fake.url = url
+        yield fake
+
+
+def until(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {seconds:g} s")
+        time.sleep(0.05)
+
+
+# -- --json: one document on every path ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", "--json", "--nosuch"],
+        ["status", "--json", "--project"],
+        ["login", "--json", "--url"],
+        ["bench", "eval", "--json", "--calls", "many"],
+        ["scenario", "show", "--json"],
+        ["down", "--json", "--all", "extra"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_a_usage_error_with_json_is_one_document_on_stdout_and_nothing_on_stderr(
+    demo: Sandbox, argv: list[str]
+) -> None:
+    done = demo.bir(*argv)
+    assert (done.returncode, done.stderr) == (2, "")
+    doc = json.loads(done.stdout)
+    assert doc["error"] == "usage"
+    assert doc["message"].startswith("bir ")
+    assert doc["usage"].startswith("usage: bir")
+
+
+def test_a_refusal_and_a_bad_variable_with_json_are_one_document_on_stdout(demo: Sandbox) -> None:
+    refused = demo.bir("replay", "on", "--json")
+    assert (refused.returncode, refused.stderr) == (1, "")
+    assert json.loads(refused.stdout)["message"].endswith("run `bir install --replay` there first")
+    bad = demo.bir("status", "--json", env={"BIR_STEP_TIMEOUT_MS": "abc"})
+    assert (bad.returncode, bad.stderr) == (2, "")
+    assert json.loads(bad.stdout) == {
+        "error": "config",
+        "message": "BIR_STEP_TIMEOUT_MS must be a whole number, got 'abc' (fix it or unset it; `bir doctor` "
+        "lists every bad value)",
+    }
+
+
+def test_without_verbose_no_log_line_reaches_stderr_and_with_it_they_do(demo: Sandbox) -> None:
+    nobody = {"BIR_AUTH_URL": "http://127.0.0.1:9"}
+    quiet = demo.bir("status", "--json", env=nobody)
+    assert quiet.stderr == ""
+    assert json.loads(quiet.stdout)["service"]["check"] == "unreachable"
+    loud = demo.bir("status", "--json", "--verbose", env=nobody)
+    assert any(json.loads(line).get("event") == "service.request_failed" for line in loud.stderr.splitlines())
+    logged = (demo.bir_home / "logs" / "bir.log").read_text()
+    assert "service.request_failed" in logged
+
+
+# -- never ignore what was asked ------------------------------------------------------------------------
+
+
+def test_an_unknown_server_in_replay_allow_and_an_unknown_param_are_refused_with_the_names(demo: Sandbox) -> None:
+    assert demo.bir("install", "--replay").returncode == 0
+    allow = demo.bir("replay", "allow", "flete")
+    assert allow.returncode == 2
+    assert "'flete' is not a server bir wraps" in allow.stderr
+    assert "its wrapped servers: fleet (bir replay allow fleet)" in allow.stderr
+    param = demo.bir("replay", "--scenario", "fleet-direct", "--prompt", "x", "--param", "regoin=eu-west-1")
+    assert param.returncode == 2
+    assert param.stderr == "bir replay: the scenario has no parameter 'regoin'; its parameters: region, limit\n"
+
+
+def test_an_explicit_wrap_is_used_with_the_projects_control_server_up_and_no_session(demo: Sandbox) -> None:
+    assert demo.bir("install", "--replay").returncode == 0
+    assert demo.bir("up").returncode == 0
+    done = demo.bir(*DIRECT, "--wrap", FLEET)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Done: all 2 steps ran." in done.stdout
+    assert done.stderr == ""
+
+
+def test_a_wrap_that_is_not_an_mcp_server_is_one_sentence(demo: Sandbox) -> None:
+    done = demo.bir(*DIRECT, "--wrap", "fleet=cat")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "--wrap fleet: `cat`" in done.stderr
+    assert "not a stdio MCP server" in done.stderr
+    assert "Future exception" not in done.stderr
+
+
+def test_the_packaged_scenarios_are_listed_with_a_command_line_that_runs_each(demo: Sandbox) -> None:
+    listed = demo.bir("replay", "--list", "--json")
+    assert listed.returncode == 0
+    scenarios = {s["name"]: s for s in json.loads(listed.stdout)["scenarios"]}
+    assert set(scenarios) == {"fleet-direct", "fleet-mixed"}
+    assert (scenarios["fleet-direct"]["mode"], scenarios["fleet-mixed"]["builtins"]) == ("direct", ["Read", "Bash"])
+    direct = demo.shell(scenarios["fleet-direct"]["command"])
+    assert (direct.returncode, direct.stderr) == (0, "")
+    assert "Done: all 2 steps ran." in direct.stdout
+    mixed = demo.shell(scenarios["fleet-mixed"]["command"])
+    assert mixed.returncode == 1
+    assert "Stopped, as --partial asked, at step 2 of 3 (Read)" in mixed.stdout
+
+
+# -- progress and interrupts -------------------------------------------------------------------------------
+
+
+def on_a_terminal(demo: Sandbox, argv: list[str]) -> tuple[int, str, str]:
+    """Run ``argv`` with stderr a terminal (a pseudo-terminal read here); exit status, stdout, what the terminal got."""
+    reader, writer = pty.openpty()
+    process = demo.spawn(argv, stdout=subprocess.PIPE, stderr=writer, stdin=subprocess.DEVNULL)
+    os.close(writer)
+    seen = bytearray()
+    while True:
+        ready, _, _ = select.select([reader], [], [], 120)
+        if not ready:
+            process.kill()
+            pytest.fail(f"{argv} printed nothing for 120 s")
+        try:
+            chunk = os.read(reader, 65536)
+        except OSError:  # the last writer closed: EIO
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(reader)
+    out, _ = process.communicate(timeout=60)
+    return process.returncode, out, seen.decode("utf-8", "replace")
+
+
+def test_a_terminal_sees_each_step_as_it_runs_and_a_pipe_sees_nothing(demo: Sandbox) -> None:
+    code, out, terminal = on_a_terminal(demo, ["bir", *DIRECT, "--wrap", FLEET])
+    assert code == 0
+    assert "bir replay: starting fleet:" in terminal
+    assert "bir replay: step 1 of 2: mcp__fleet__list_devices…" in terminal
+    assert "bir replay: step 2 of 2: mcp__fleet__get_device ok" in terminal
+    assert terminal.endswith("\r\x1b[K")  # erased before the account is printed
+    assert "\r" not in out
+    assert "Done: all 2 steps ran." in out
+    piped = demo.bir(*DIRECT, "--wrap", FLEET)
+    assert (piped.returncode, piped.stderr) == (0, "")
+
+
+def test_a_bench_shows_what_it_is_timing_on_a_terminal(demo: Sandbox) -> None:
+    _, _, terminal = on_a_terminal(demo, ["bir", "bench", "eval", "--scenario", "fleet-direct", "--calls", "3"])
+    assert "bir bench eval: timing paramsLogic (1 of 6), 3 calls…" in terminal
+    assert terminal.endswith("\r\x1b[K")
+
+
+def interrupted(demo: Sandbox, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``bir replay`` of the slow scenario, Ctrl-C (SIGINT to its process group) while step 3 is in flight."""
+    (demo.project / "slow.json").write_text(json.dumps(SLOW))
+    argv = [str(demo.installed.bin / "bir"), "replay", "--scenario", "slow.json", "--prompt", "x"]
+    argv += ["--param", "region=eu-west-1", "--wrap", FLEET, *extra]
+    process = subprocess.Popen(
+        argv,
+        env=demo.env,
+        cwd=demo.project,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    log = demo.bir_home / "logs" / "replay.log"
+    until(lambda: log.exists() and "fleet.slow_echo_started" in log.read_text(), 60, "the slow step")
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+SAID = (
+    "Interrupted (Ctrl-C). Ran: step 1, 2. Step 3 (mcp__fleet__slow_echo) was sent and may or may not have "
+    "completed. Not run: step 4."
+)
+
+
+def test_an_interrupt_prints_what_ran_and_what_did_not_and_exits_130(demo: Sandbox) -> None:
+    done = interrupted(demo)
+    assert (done.returncode, done.stderr) == (130, "")
+    assert done.stdout.rstrip().endswith(SAID)
+    assert "Step 1 of 4: mcp__fleet__list_devices (ok" in done.stdout
+    assert not [p for p in demo.processes() if "bir.proxy" in " ".join(p.cmdline())]
+
+
+def test_an_interrupt_with_json_is_one_document_saying_so(demo: Sandbox) -> None:
+    done = interrupted(demo, "--json")
+    assert (done.returncode, done.stderr) == (130, "")
+    doc = json.loads(done.stdout)
+    assert (doc["error"], doc["message"], doc["exitCode"]) == ("interrupted", SAID, 130)
+    assert [s["status"] for s in doc["steps"]] == ["ok", "ok", "skipped"]
+
+
+# -- a sign-in a running server picks up ------------------------------------------------------------------
+
+
+def test_a_running_control_server_uses_a_new_sign_in_and_a_sign_out_at_its_next_request(
+    demo: Sandbox, service: FakeBaseIn
+) -> None:
+    assert demo.bir("install", "--replay").returncode == 0
+    assert demo.bir("up").returncode == 0
+    prompt = {"prompt": "find the riskiest device in eu-west-1"}
+    demo.hook("SessionStart", {"source": "startup"})
+    demo.hook("UserPromptSubmit", prompt)
+    assert service.requests_to("match") == []
+
+    login = demo.bir("login", "--url", service.url, stdin=service.token + "\n")
+    assert login.returncode == 0, login.stderr
+    assert "next request to the service (no restart)" in login.stdout
+    demo.hook("UserPromptSubmit", prompt)
+    until(lambda: len(service.requests_to("match")) == 1, 10, "the match of the prompt after bir login")
+    assert service.requests_to("match")[0].headers["authorization"] == f"Bearer {service.token}"
+
+    assert demo.bir("logout").returncode == 0
+    demo.hook("UserPromptSubmit", prompt)
+    demo.hook("UserPromptSubmit", prompt)
+    assert len(service.requests_to("match")) == 1
+
+
+def test_login_does_not_store_a_url_that_does_not_answer(demo: Sandbox) -> None:
+    done = demo.bir("login", "--url", "http://127.0.0.1:9", stdin="tok\n")
+    assert done.returncode == 1
+    assert "could not be reached" in done.stderr
+    assert "nothing was stored" in done.stderr
+    assert not (demo.bir_home / "credentials.json").exists()
+    assert "signed out" in demo.bir("status").stdout
+
+
+# -- processes that end ---------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_status_all_lists_every_projects_server_and_down_all_stops_them(demo: Sandbox) -> None:
+    other = demo.home / "src" / "other"
+    other.mkdir()
+    for project in (demo.project, other):
+        assert demo.bir("install", "--project", str(project)).returncode == 0
+        assert demo.bir("up", "--project", str(project)).returncode == 0
+    listed = demo.bir("status", "--all", "--json")
+    servers = json.loads(listed.stdout)["servers"]
+    assert sorted(s["project"] for s in servers) == sorted([str(demo.project), str(other.resolve())])
+    for server in servers:
+        assert _alive(server["pid"])
+        assert server["rssBytes"] > 10 * 1024 * 1024
+        assert server["children"] >= 1  # its evaluator worker
+        assert server["uptimeMs"] >= 0
+    text = demo.bir("status", "--all").stdout
+    assert text.startswith("2 control servers running (RSS ")
+    down = demo.bir("down", "--all")
+    assert down.returncode == 0
+    assert down.stdout.startswith("Stopped 2 control servers:")
+    assert not any(_alive(s["pid"]) for s in servers)
+    assert demo.bir("status", "--all").stdout == "No control server is running.\n"
+
+
+def test_uninstall_stops_the_projects_control_server_and_uninstall_replay_does_not(demo: Sandbox) -> None:
+    assert demo.bir("install", "--replay").returncode == 0
+    assert demo.bir("up").returncode == 0
+    pid = json.loads(demo.bir("status", "--json").stdout)["controlServer"]["pid"]
+    assert demo.bir("uninstall", "--replay").returncode == 0
+    assert _alive(pid)
+    done = demo.bir("uninstall")
+    assert done.returncode == 0
+    assert f"Stopped its control server (pid {pid})." in done.stdout
+    assert not _alive(pid)
+
+
+def test_bench_pin_takes_a_claude_binary_and_refuses_one_that_is_not_there(demo: Sandbox) -> None:
+    done = demo.bir("bench", "pin", "--quick", "--claude", str(demo.root / "no-claude"))
+    assert done.returncode == 2
+    assert f"--claude {demo.root / 'no-claude'}: there is no such file" in done.stderr
