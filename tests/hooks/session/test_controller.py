@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from bir.cli import main
+from bir.core import log
 from tests.fakes.baseinsvc import Canned
 from tests.fakes.fixtures import running_fake_service
 from tests.hooks.control_rig import (
@@ -281,6 +282,8 @@ async def test_a_server_approved_since_the_install_is_wrapped_at_session_start_a
     fleet = {"command": sys.executable, "args": ["-m", "bir.examples.fleet_server"]}
     (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"fleet": fleet}}))
     assert main(["install", "--replay", "--project", str(project)]) == 0
+    # A command sends its own log lines to a file; what the server logs next is read here.
+    log.set_stream(captured_logs)
     # The user said yes in Claude Code's dialog, which records it where bir reads it.
     settings_path = project / ".claude" / "settings.local.json"
     settings = json.loads(settings_path.read_text())
