@@ -94,7 +94,8 @@ def add_parser(sub: Subparsers) -> None:
         "workload",
         "what bir saves on a stream of work: prompts replayed against the ideal, wrong replays, tokens, "
         "dollars and seconds, beside the service's rule",
-        ["bir bench workload --quick", "bir bench workload --json"],
+        ["bir bench workload --quick", "bir bench workload --quick --json"],
+        BENCH_EXIT_CODES,
     )
     wl.add_argument("--quick", action="store_true", help="a shorter stream and two rules (about a minute)")
     json_flag(wl)

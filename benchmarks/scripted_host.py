@@ -238,7 +238,9 @@ class ScriptedHost:
             quiet = 0
             while quiet < 2:
                 # A draft report waits for its turn's seal by design: only what is to be sent counts.
-                before = sum(1 for item in outbox.pending() if not item.draft) + self.local.busy
+                # A sealed turn's steps reach the outbox only once its seal (in the background) is done.
+                before = await self.controller.sealed()
+                before += sum(1 for item in outbox.pending() if not item.draft) + self.local.busy
                 await outbox.flush(timeout_s)
                 await self.local.idle(timeout_s)
                 # One turn of the loop lets a step recorded just now reach the outbox.

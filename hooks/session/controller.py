@@ -660,6 +660,13 @@ class Controller:
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(_log_failure)
 
+    async def sealed(self) -> int:
+        """Wait for the recorded turns being sealed now (their steps and finish queued); how many there were."""
+        finishing = set(self._finishing)
+        if finishing:
+            await asyncio.wait(finishing)
+        return len(finishing)
+
     async def close(self) -> None:
         """Finalize every open run (a shutdown books what it knows) and stop background work."""
         for session in self.sessions:

@@ -151,25 +151,25 @@ class Recorder:
         return run is not None and key in run.held
 
     def flush(self, run_id: str, order: Sequence[str]) -> int:
-        """Queue every held step of ``run_id``: those named in ``order`` in that order, each followed by the
-        steps ``order`` does not name that settled after it (a plan's step run through a proxy stays where it
-        ran); returns how many. Each takes the run's next index."""
+        """Queue every held step of ``run_id``: those named in ``order`` in that order, and each step ``order``
+        does not name right after the named steps that settled before it (a plan's step run through a proxy
+        stays where it ran); returns how many. Each takes the run's next index."""
         run = self._runs.get(run_id)
         if run is None:
             return 0
         named = [key for key in dict.fromkeys(order) if key in run.held]
-        known = set(named)
-        # Each step the order does not name follows the named step that settled last before it.
-        after: dict[str | None, list[str]] = {}
-        last: str | None = None
+        place = {key: position for position, key in enumerate(named)}
+        # A step the order does not name follows every named step that settled before it.
+        after: dict[int, list[str]] = {}
+        latest = -1
         for key in run.held:
-            if key in known:
-                last = key
+            if key in place:
+                latest = max(latest, place[key])
             else:
-                after.setdefault(last, []).append(key)
-        keys = list(after.get(None, ()))
-        for key in named:
-            keys += [key, *after.get(key, ())]
+                after.setdefault(latest, []).append(key)
+        keys = list(after.get(-1, ()))
+        for position, key in enumerate(named):
+            keys += [key, *after.get(position, ())]
         for key in keys:
             body = run.held.pop(key)
             step_index = run.next_index

@@ -163,6 +163,8 @@ def test_real_sessions_are_learned_as_runs_in_the_recorders_shapes_and_a_grown_o
     with case.session(claude_binary) as session:
         session.turn(RISKIEST.format(region="eu-west-1"))
         session.turn(RISKIEST.format(region="us-east-1"))
+        # A turn's `result` event can reach us a moment before its last message reaches the transcript.
+        wait_for_ended_turns(session.transcript_path, 2)
         first = case.learn()
         assert (first["turns"], first["imported"], first["calculated"]) == (2, 2, 2)
         # The second run repeats the first's task: one scenario, ready, resting on both.
@@ -230,6 +232,25 @@ def test_real_sessions_are_learned_as_runs_in_the_recorders_shapes_and_a_grown_o
         assert any("subagent" in e["why"] for e in helper_scenario.body["excluded"])
     finally:
         db.close()
+
+
+def wait_for_ended_turns(transcript: Path, count: int, timeout_s: float = 30.0) -> None:
+    """Wait until ``transcript`` holds ``count`` main-chain messages that ended their turn."""
+
+    def ended() -> int:
+        found = 0
+        for raw in transcript.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                record = json.loads(raw)
+                message = record.get("message")
+                if not record.get("isSidechain") and isinstance(message, dict):
+                    found += message.get("stop_reason") == "end_turn"
+        return found
+
+    until = time.monotonic() + timeout_s
+    while ended() < count:
+        assert time.monotonic() < until, f"{count} ended turns in {transcript} within {timeout_s} s"
+        time.sleep(0.1)
 
 
 def _main_chain_usage(transcript: Path, prompt_id: str) -> list[dict[str, int]]:
