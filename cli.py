@@ -22,11 +22,11 @@ from bir.benchmarks import cli as bench
 from bir.core import config
 from bir.core.exits import EXIT_INTERRUPTED, EXIT_USAGE
 from bir.hooks.commands import config as config_cmd
-from bir.hooks.commands import demo, doctor, install, login, logs, replay, scenario, stats, status, switches
+from bir.hooks.commands import demo, doctor, install, learn, login, logs, replay, scenario, stats, status, switches
 from bir.hooks.commands.result import REPLAY_EXIT_CODES, CommandError, log_for_later, print_refusal, write_json
 
 # In the order `bir --help` lists them.
-COMMANDS = (demo, bench, replay, install, status, doctor, stats, switches, login, logs, scenario, config_cmd)
+COMMANDS = (demo, bench, replay, install, learn, status, doctor, stats, switches, login, logs, scenario, config_cmd)
 
 
 class UsageError(Exception):

@@ -1,4 +1,4 @@
-"""``bir bench eval|pin|proxy|match``: the benchmarks behind the command line.
+"""``bir bench eval|pin|proxy|match|workload``: the benchmarks behind the command line.
 
 Each one shows a progress line on a terminal while it measures (nothing on a pipe, nothing with
 ``--json``), and prints its report at the end.
@@ -89,6 +89,17 @@ def add_parser(sub: Subparsers) -> None:
     mb.add_argument("--quick", action="store_true", help="a 1,000-scenario store and fewer prompts (about 20 s)")
     json_flag(mb)
     mb.set_defaults(run=run)
+    wl = add_command(
+        targets,
+        "workload",
+        "what bir saves on a stream of work: prompts replayed against the ideal, wrong replays, tokens, "
+        "dollars and seconds, beside the service's rule",
+        ["bir bench workload --quick", "bir bench workload --quick --json"],
+        BENCH_EXIT_CODES,
+    )
+    wl.add_argument("--quick", action="store_true", help="a shorter stream and two rules (about a minute)")
+    json_flag(wl)
+    wl.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -131,6 +142,10 @@ def _run(args: argparse.Namespace, progress: Progress) -> int:
         from bir.benchmarks.match_bench import run_match_bench
 
         return run_match_bench(quick=args.quick, as_json=args.json)
+    if args.bench_target == "workload":
+        from bir.benchmarks.workload import run_workload_bench
+
+        return run_workload_bench(quick=args.quick, as_json=args.json)
     from bir.benchmarks.proxy_bench import run_proxy_bench
 
     return run_proxy_bench(quick=args.quick, as_json=args.json, progress=progress)

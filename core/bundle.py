@@ -46,9 +46,13 @@ def data_note(marker: str) -> str:
     )
 
 
+FENCE_OPEN: Final = "<<<output-"
+FENCE_CLOSE: Final = ">>>output-"
+
+
 def fence(output: str, marker: str) -> str:
     """``output`` between the bundle's two fence lines."""
-    return f"<<<output-{marker}\n{output}\n>>>output-{marker}"
+    return f"{FENCE_OPEN}{marker}\n{output}\n{FENCE_CLOSE}{marker}"
 
 
 def new_marker(texts: Sequence[str]) -> str:

@@ -257,6 +257,24 @@ _VARS: tuple[Variable, ...] = (
         ceiling=1.0,
         floor=0.5,
     ),
+    Variable(
+        "BIR_LOCAL_MIN_RUNS",
+        "int",
+        1,
+        "Agreeing recorded runs a local scenario must rest on before it is replayed (a second run settles "
+        "what one cannot: which values are parameters, which row rule was meant).",
+        ceiling=8,
+        floor=1,
+    ),
+    Variable(
+        "BIR_LOCAL_MODEL_MAX_USD",
+        "float",
+        0.02,
+        "Most one model-pass call of the local service may cost, in dollars (a calculation or a match "
+        "confirmation; only with BIR_DERIVE_API_KEY); 0 leaves it uncapped.",
+        ceiling=1.0,
+        floor=0.0,
+    ),
     Variable("BIR_TOKEN", "str", None, "Bearer token for the BaseIn service (else the stored sign-in).", secret=True),
     Variable("BIR_DERIVE_API_KEY", "str", None, "Anthropic API key used only for parameter derivation.", secret=True),
     Variable("BIR_USE_ANTHROPIC_API_KEY", "flag", False, "`1` lets derivation use ANTHROPIC_API_KEY."),

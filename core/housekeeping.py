@@ -12,6 +12,7 @@ in doubt, record.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Mapping
 from typing import Final
 
@@ -64,11 +65,20 @@ def is_housekeeping_command(command: str, *, powershell: bool = False) -> bool:
     return saw_bir
 
 
+# A diverging Bash call rewritten to print bir's results (``bir.core.delivery``): its heredoc, or its file.
+_DELIVERY: Final = re.compile(r"cat <<'BIR_EOF_[0-9a-f]{1,12}'\n|cat '?/[^'\n]*/tmp/bundle-[0-9a-f]{16}\.txt'?\Z")
+
+
+def is_delivery_command(command: str) -> bool:
+    """True for the command bir put in a diverging ``Bash`` call's place to print a replay's results."""
+    return _DELIVERY.match(command) is not None
+
+
 def is_housekeeping(tool_name: str, tool_input: object) -> bool:
     """True when a tool call is bir's own (never recorded as a step).
 
-    ``mcp__bir__*`` tools, ``ToolSearch``, and a ``Bash``/``PowerShell`` call whose ``command`` is
-    made only of ``bir`` invocations and plain ``cd``s.
+    ``mcp__bir__*`` tools, ``ToolSearch``, a ``Bash``/``PowerShell`` call whose ``command`` is made only
+    of ``bir`` invocations and plain ``cd``s, and a ``Bash`` call bir rewrote to print a replay's results.
     """
     if tool_name.startswith(BIR_TOOL_PREFIX) or tool_name in _HOUSEKEEPING_TOOLS:
         return True
@@ -76,4 +86,6 @@ def is_housekeeping(tool_name: str, tool_input: object) -> bool:
     if powershell is None or not isinstance(tool_input, Mapping):
         return False
     command = tool_input.get("command")
-    return isinstance(command, str) and is_housekeeping_command(command, powershell=powershell)
+    if not isinstance(command, str):
+        return False
+    return is_housekeeping_command(command, powershell=powershell) or (not powershell and is_delivery_command(command))

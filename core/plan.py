@@ -278,6 +278,11 @@ class ScenarioReplayPlan:
         return dict(self._resp)
 
     @property
+    def entries(self) -> tuple[BundleEntry, ...]:
+        """The steps run through an executor so far (a direct run, a divergence's remaining steps), in order."""
+        return tuple(self._entries)
+
+    @property
     def stop(self) -> Stop | None:
         """Where and why the plan stopped, or None while it has not."""
         return self._stop

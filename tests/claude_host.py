@@ -18,9 +18,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -231,3 +233,109 @@ def _json_object(text: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+class ClaudeSession:
+    """One real ``claude -p --input-format stream-json`` session fed one prompt at a time (FACTS.md §2), so a
+    test can run several turns in one session and look at its transcript between them.
+
+    Prompts sent while a turn runs are queued and dropped when input ends, so ``turn`` waits for each
+    turn's ``result`` event before the next prompt goes. ``close`` ends input and waits; the whole group is
+    killed on the way out whatever happened.
+    """
+
+    def __init__(
+        self,
+        binary: Path,
+        project_dir: Path,
+        *,
+        api_url: str,
+        case_dir: Path,
+        allowed_tools: Sequence[str] = (),
+        env_extra: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.project_dir = project_dir.resolve()
+        case = case_dir.resolve()
+        self.home, tmp = claude_home(case), case / "claude-tmp"
+        self.home.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.session_id = str(uuid.uuid4())
+        args = [str(binary), "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
+        args += ["--session-id", self.session_id]
+        if allowed_tools:
+            args += ["--allowedTools", ",".join(allowed_tools)]
+        args += list(extra_args)
+        self._err = (case / f"claude-{self.session_id}.stderr").open("wb")
+        self._process = subprocess.Popen(
+            args,
+            cwd=self.project_dir,
+            env=claude_env(self.home, tmp, api_url, env_extra),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            start_new_session=True,
+        )
+        self.results: list[dict[str, Any]] = []
+        # A reader thread, so a turn can wait for its result with a deadline.
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        stdout = self._process.stdout
+        assert stdout is not None
+        for raw in iter(stdout.readline, b""):
+            self._lines.put(raw)
+        self._lines.put(None)
+
+    @property
+    def transcript_path(self) -> Path:
+        return self.home / ".claude" / "projects" / mangled(self.project_dir) / f"{self.session_id}.jsonl"
+
+    def turn(self, prompt: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+        """Send ``prompt`` and wait for its turn's ``result`` event.
+
+        Raises:
+            AssertionError: the session ended, or the turn did not end within ``timeout_s``.
+        """
+        stdin = self._process.stdin
+        assert stdin is not None
+        line = {"type": "user", "message": {"role": "user", "content": prompt}}
+        stdin.write((json.dumps(line) + "\n").encode())
+        stdin.flush()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                raw = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if raw is None:
+                raise AssertionError(f"the claude session ended before {prompt!r} finished")
+            event = _json_object(raw.decode("utf-8", "replace"))
+            if event is not None and event.get("type") == "result":
+                self.results.append(event)
+                return event
+        raise AssertionError(f"{prompt!r} did not finish within {timeout_s} s")
+
+    def close(self, timeout_s: float = 30.0) -> int:
+        """End the session's input and wait for it to exit; answers its exit code."""
+        stdin = self._process.stdin
+        if stdin is not None and not stdin.closed:
+            stdin.close()
+        try:
+            return self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return -9
+        finally:
+            _kill_group(self._process.pid)
+            self._reader.join(10)
+            if self._process.stdout is not None:
+                self._process.stdout.close()
+            self._err.close()
+
+    def __enter__(self) -> ClaudeSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

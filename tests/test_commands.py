@@ -264,7 +264,8 @@ def test_a_running_control_server_uses_a_new_sign_in_and_a_sign_out_at_its_next_
 
     login = demo.bir("login", "--url", service.url, stdin=service.token + "\n")
     assert login.returncode == 0, login.stderr
-    assert "next request to the service (no restart)" in login.stdout
+    # The server served on the local service (no account yet): it is restarted on the service signed in to.
+    assert "Restarted 1 running control server(s) on the service (they served on the local service)" in login.stdout
     demo.hook("UserPromptSubmit", prompt)
     until(lambda: len(service.requests_to("match")) == 1, 10, "the match of the prompt after bir login")
     assert service.requests_to("match")[0].headers["authorization"] == f"Bearer {service.token}"
@@ -281,7 +282,8 @@ def test_login_does_not_store_a_url_that_does_not_answer(demo: Sandbox) -> None:
     assert "could not be reached" in done.stderr
     assert "nothing was stored" in done.stderr
     assert not (demo.bir_home / "credentials.json").exists()
-    assert "signed out" in demo.bir("status").stdout
+    # Not signed in, so the local service serves here.
+    assert "service:  local (on this machine)" in demo.bir("status").stdout
 
 
 # -- processes that end ---------------------------------------------------------------------------------

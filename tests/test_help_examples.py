@@ -35,7 +35,7 @@ CHOICES = re.compile(r"\{([a-z][a-z,-]*)\}")
 # Examples that take away what later ones need run after all the others: signing out (the local service is
 # then the one in use, where the run is recorded too, for the examples that read the local store), then
 # the uninstalls.
-AFTER_LOGOUT = ("bir scenario match", "bir scenario forget", "bir stats")
+AFTER_LOGOUT = ("bir scenario match", "bir scenario forget", "bir stats", "bir learn")
 LAST = ("bir uninstall --replay", "bir uninstall")
 FOLLOW_S = 3.0
 EXAMPLE_TIMEOUT_S = 300.0

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import TextIO
 
 from bir.core.exits import EXIT_OK, EXIT_USAGE
+from bir.core.paths import resolve_project
 from bir.hooks import api
+from bir.hooks.commands import learn
 from bir.hooks.commands.result import CommandError, Subparsers, add_command, json_flag, project_flag, write_json
 from bir.hooks.wiring import (
     Approve,
@@ -155,6 +157,9 @@ def add_parser(sub: Subparsers) -> None:
                 action="store_true",
                 help="the default: the tool events' hooks are mcp_tool hooks on the `bir` server (kept for scripts)",
             )
+            cmd.add_argument(
+                "--learn", action="store_true", help="then learn from the project's past sessions (bir learn)"
+            )
         project_flag(cmd)
         json_flag(cmd, "print one JSON document describing what changed")
         cmd.set_defaults(run=run)
@@ -241,8 +246,13 @@ def run(args: argparse.Namespace) -> int:
         if stopped is not None:
             text += f"\n  Stopped its control server (pid {stopped.pid})."
         doc["stoppedServer"] = None if stopped is None else stopped.pid
+    if not args.json:
+        sys.stdout.write(text + "\n")
+    if args.command == "install":
+        # bir install offers to learn from the project's past sessions (asks on a terminal; --learn for scripts).
+        learned = learn.offer(resolve_project(args.project), forced=args.learn, as_json=args.json)
+        if learned is not None:
+            doc["learned"] = learned
     if args.json:
         write_json(doc, sys.stdout)
-    else:
-        sys.stdout.write(text + "\n")
     return EXIT_OK

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import getpass
 import sys
+from pathlib import Path
 from typing import Final, TextIO
 
 from bir.core import config, credentials
@@ -20,11 +21,38 @@ from bir.core.exits import EXIT_OK, EXIT_USAGE
 from bir.hooks.commands.probes import ServiceCheck, check_service
 from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import CommandError, CommandResult, Subparsers, add_command, json_flag, print_result
+from bir.hooks.commands.switches import bring_up, stop_server
+from bir.hooks.discovery import all_discoveries
+from bir.hooks.local import wants_local
 
 MAX_STDIN_TOKEN_BYTES: Final = 16 * 1024
 EXAMPLE_URL: Final = "https://basein.example.com"
 # Running servers read the stored sign-in at each request to the service.
 PICKED_UP: Final = "Running control servers use it from their next request to the service (no restart)."
+# A server picks the local service or a remote one when it starts: one whose choice a sign-in changed restarts.
+RESTARTED: Final = "Restarted {count} running control server(s) on {now} (they served on {was})."
+
+
+def restart_switched(was_local: bool) -> tuple[str | None, list[str]]:
+    """Restart the running control servers when a sign-in change moved this machine between the local
+    service and a remote one (a server picks one when it starts); the sentence to add, and what failed."""
+    if wants_local() == was_local:
+        return None, []
+    restarted, failed = 0, []
+    for found in all_discoveries():
+        project = Path(found.project)
+        try:
+            if stop_server(project) is not None:
+                bring_up(project)
+                restarted += 1
+        except CommandError as exc:
+            failed.append(f"the control server of {project} was not restarted: {exc}")
+    if not restarted:
+        return None, failed
+    was, now = ("the local service", "the service") if was_local else ("the service", "the local service")
+    return RESTARTED.format(count=restarted, was=was, now=now), failed
+
+
 STDIN_WAY: Final = 'printf %s "$BASEIN_TOKEN" | bir login --url "$BASEIN_URL"'
 
 
@@ -82,6 +110,7 @@ def login(url: str, token: str, check: ServiceCheck | None) -> CommandResult:
     """
     if check is not None:
         refuse_unchecked(url, check)
+    was_local = wants_local()
     try:
         saved = credentials.save(url, token)
     except ValueError as exc:
@@ -96,8 +125,9 @@ def login(url: str, token: str, check: ServiceCheck | None) -> CommandResult:
         )
     else:
         head = f"Signed in to {saved.url}: the service accepted the token."
-    lines = [head, f"  Stored in {path} (readable only by you). {PICKED_UP}"]
-    warnings: list[str] = []
+    restarted, failed = restart_switched(was_local)
+    lines = [head, f"  Stored in {path} (readable only by you). {restarted or PICKED_UP}"]
+    warnings: list[str] = list(failed)
     env_url, env_token = config.get_str("BIR_AUTH_URL"), config.get_str("BIR_TOKEN")
     if env_url and credentials.normalize_url(env_url) != saved.url:
         warnings.append(f"BIR_AUTH_URL in this environment wins over the stored sign-in: {env_url}")
@@ -113,15 +143,17 @@ def logout() -> CommandResult:
     Raises:
         CommandError: the file cannot be removed.
     """
+    was_local = wants_local()
     try:
         removed = credentials.remove()
     except credentials.CredentialsError as exc:
         raise CommandError(f"{exc}; remove it by hand") from exc
+    restarted, failed = restart_switched(was_local)
     if removed:
-        text = f"Signed out: the stored sign-in is removed. {PICKED_UP.replace('use it', 'stop using it')}"
+        text = f"Signed out: the stored sign-in is removed. {restarted or PICKED_UP.replace('use it', 'stop using it')}"
     else:
         text = "There was no stored sign-in."
-    warnings = []
+    warnings = list(failed)
     if config.get_str("BIR_TOKEN") or config.get_str("BIR_AUTH_URL"):
         warnings.append("BIR_AUTH_URL / BIR_TOKEN in this environment still sign in what starts here: unset them")
     return CommandResult(text, {"removed": removed}, tuple(warnings))

@@ -55,6 +55,8 @@ def _text(data: dict[str, object]) -> str:
             f"saved {_tokens(row)}, ${row['savedUsd']:.4f}, {row['savedSeconds']:.1f} s"
         )
     lines.append(f"saved in all: {_tokens(totals)}, ${totals['savedUsd']:.4f} and {totals['savedSeconds']:.1f} s")
+    if totals.get("modelCalls"):
+        lines.append(f"model pass: {totals['modelCalls']} calls, ${totals['modelCostUsd']:.4f}")
     store = data["store"]
     assert isinstance(store, dict)
     lines.append(f"store: {store['runs']} runs, {store['ready']} ready scenarios, {store['bytes'] / 2**20:.1f} MB")

@@ -29,6 +29,8 @@ _HELPERS = (
     " return JSON.parse(s); }\n"
     "function __lines(s, what) { if (typeof s !== 'string') throw new Error(what + ': expected text');"
     " return s.trim().split('\\n').map(function (l) { return l.trim(); }); }\n"
+    "function __words(s, what) { if (typeof s !== 'string') throw new Error(what + ': expected a line');"
+    " return s.trim().split(/\\s+/); }\n"
     "function __pick(a, rule, field, what) {"
     " if (!Array.isArray(a)) throw new Error(what + ': expected a list');"
     " if (rule === 'only') { if (a.length !== 1) throw new Error(what + ': expected exactly one row, got ' + a.length);"
@@ -97,6 +99,8 @@ def _chain(path: Sequence[PathStep], what: str) -> str:
             code = f"String({code}).trim()"
         elif kind == "lines":
             code = f"__lines({code}, {label})"
+        elif kind == "words":
+            code = f"__words({code}, {label})"
         elif kind == "row":
             rule = step[1]
             if isinstance(rule, tuple):

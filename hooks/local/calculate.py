@@ -29,6 +29,7 @@ from bir.hooks.local.trace import OutputIndex, Param, Recorded, Tracer, Untracea
 CALC_VERSION: Final = 1
 WRITE_TOOLS: Final = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 LOOKUP_TOOLS: Final = frozenset({"Grep", "Glob", "LS", "Read", "WebSearch", "WebFetch", "ToolSearch"})
+SUBAGENT_TOOLS: Final = frozenset({"Agent", "Task"})
 _WRITTEN_COMMAND: Final = re.compile(
     r"<<-?\s*['\"]?\w+|\bgit\s+(?:commit|tag\s+-[am])\b|\bgh\s+(?:pr|issue|release)\s+(?:create|comment|edit)\b"
     r"|\b(?:echo|printf|cat)\b[^|;&]*\s>{1,2}\s*\S",
@@ -70,6 +71,8 @@ class Draft:
     excluded: list[Excluded]
     failure: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    # Crossings one recording left ambiguous, with the rules that fit each (what a second run settles).
+    ambiguous: list[tuple[str, list[Any]]] = field(default_factory=list)
 
     @property
     def traced(self) -> bool:
@@ -164,14 +167,21 @@ def _empty(step: Recorded) -> bool:
     return False
 
 
-def sort_steps(prompt: str, steps: Sequence[Recorded]) -> tuple[list[Recorded], list[Excluded]]:
-    """The steps worth replaying, and the others with why each was left out."""
+def sort_steps(
+    prompt: str, steps: Sequence[Recorded], drop: Mapping[int, str] | None = None
+) -> tuple[list[Recorded], list[Excluded]]:
+    """The steps worth replaying, and the others with why each was left out (``drop``: steps other runs of
+    the task show to be exploration, by source index)."""
     kept: list[Recorded] = []
     excluded: list[Excluded] = []
     for i, step in enumerate(steps):
         why: str | None
         if is_housekeeping(step.tool, step.input):
             why = "it is bir's own housekeeping"
+        elif drop is not None and step.index in drop:
+            why = drop[step.index]
+        elif step.tool in SUBAGENT_TOOLS:
+            why = "it hands the work to a subagent, with a prompt the model wrote"
         else:
             why = _failed(step) or _model_written(step, prompt)
         lookup = step.tool in LOOKUP_TOOLS or is_mcp(step.tool)
@@ -198,11 +208,24 @@ def _reasoning(draft_params: Sequence[Param], input_logic: str, tool: str) -> st
     return f"{tool}: " + ("; ".join(said) if said else "fixed arguments, as recorded")
 
 
-def draft_scenario(prompt: str, steps: Sequence[Recorded]) -> Draft:
-    """Trace a run and emit its bodies; the draft says where tracing stopped and why."""
-    kept, excluded = sort_steps(prompt, steps)
+def draft_scenario(
+    prompt: str,
+    steps: Sequence[Recorded],
+    *,
+    seeds: Sequence[tuple[int, int]] = (),
+    choices: Mapping[str, Any] | None = None,
+    drop: Mapping[int, str] | None = None,
+) -> Draft:
+    """Trace a run and emit its bodies; the draft says where tracing stopped and why.
+
+    What other runs of the same task showed can be handed in: ``seeds``, the prompt's spans that differ
+    between the runs (parameters); ``choices``, a rule for a list crossing one run leaves ambiguous;
+    ``drop``, the steps only this run made (exploration)."""
+    kept, excluded = sort_steps(prompt, steps, drop)
     kept_ids = {s.index for s in kept}
-    tracer = Tracer(prompt, [OutputIndex.of(s, s.index in kept_ids) for s in steps])
+    tracer = Tracer(
+        prompt, [OutputIndex.of(s, s.index in kept_ids) for s in steps], seeds=tuple(seeds), choices=choices or {}
+    )
     exprs = []
     failure: dict[str, Any] | None = None
     for step in kept:
@@ -235,7 +258,7 @@ def draft_scenario(prompt: str, steps: Sequence[Recorded]) -> Draft:
         )
     if failure is None and not kept:
         failure = {"message": "no step of this run can be replayed" + (" (every one was left out)" if steps else "")}
-    return Draft(prompt, list(tracer.params), draft_steps, excluded, failure)
+    return Draft(prompt, list(tracer.params), draft_steps, excluded, failure, ambiguous=list(tracer.ambiguous))
 
 
 def intent_of(prompt: str, params: Sequence[Param]) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 from bir.hooks.local import slots
 from bir.hooks.local import words as lexicon
 
-Rule = Literal["exact", "slot", "embedding"]
+Rule = Literal["exact", "slot", "embedding", "model"]
 MAX_EMBED_CANDIDATES: Final = 3
 MAX_EXPLAINED: Final = 5
 MAX_EXPLAIN_SCAN: Final = 2_000

@@ -26,7 +26,7 @@ from bir.core import config
 from bir.core.errors import LogicError
 from bir.core.log import log_event
 from bir.core.truncate import cut_counted
-from bir.hooks.local import booking, edits, match, selfcheck
+from bir.hooks.local import booking, edits, match, model_pass, selfcheck, sharpen
 from bir.hooks.local.calculate import CALC_VERSION, draft_scenario, recorded_steps, template_of
 from bir.hooks.local.embed import Embedder, numpy_module
 from bir.hooks.local.embed import shared as shared_embedder
@@ -40,6 +40,8 @@ Answer = tuple[int, Any]
 MODEL_WAIT_S: Final = 0.5
 MAX_INPUT_CHARS: Final = 20_000
 LATE_STEP_SETTLE_S: Final = 0.5
+# A replayed turn booked as one of these handed over, and the model finished it: its recording repairs.
+REPAIR_OUTCOMES: Final = frozenset({"diverged", "fell_back", "failed"})
 # The sandbox's own failures (not a body's): nothing could be checked.
 _SANDBOX_DOWN: Final = frozenset({"closed", "overloaded", "crashed"})
 
@@ -67,6 +69,8 @@ class LocalService:
         max_bytes: int | None = None,
         clock: Callable[[], float] = time.time,
         load_model: bool = True,
+        min_runs: int | None = None,
+        model: model_pass.Model | object | None = model_pass.FROM_ENV,
     ) -> None:
         self.store = store
         self._load_model = load_model
@@ -81,6 +85,17 @@ class LocalService:
         )
         self.max_bytes = max_bytes if max_bytes is not None else config.require_int("BIR_LOCAL_STORE_MB") * 1024 * 1024
         self._clock = clock
+        # Runs a scenario must rest on before the matcher replays it (issue 19 item 2).
+        self.min_runs = min_runs if min_runs is not None else config.require_int("BIR_LOCAL_MIN_RUNS")
+        # The optional model pass (issue 19 item 4): only with a key.
+        self.model: model_pass.Model | None = (
+            model_pass.model_of()
+            if model is model_pass.FROM_ENV
+            else model
+            if isinstance(model, model_pass.Model)
+            else None
+        )
+        self._repairing: set[str] = set()
         self.index = match.MatchIndex()
         self._index_lock = threading.Lock()
         self._seen: tuple[int, int] = (-1, -1)
@@ -111,6 +126,11 @@ class LocalService:
             await self._own_pool.close()
             self._own_pool = None
 
+    @property
+    def busy(self) -> int:
+        """Calculations running now."""
+        return self._busy
+
     async def idle(self, timeout_s: float = 30.0) -> bool:
         """Wait until no calculation is running (for tests and the CLI); True when idle in time."""
         with anyio.move_on_after(timeout_s):
@@ -132,6 +152,9 @@ class LocalService:
 
     async def _thread(self, fn: Callable[[], T]) -> T:
         return await to_thread.run_sync(fn)
+
+    def clock(self) -> float:
+        return self._clock()
 
     def _project_of(self, metadata: Mapping[str, Any] | None) -> str:
         if self.project is not None:
@@ -157,7 +180,7 @@ class LocalService:
 
     def _index_row(self, row: tuple[str, str, str | None, str, Any, bytes | None, float]) -> None:
         scenario_id, project, run_id, state, template, embedding, created_at = row
-        if state != "ready" or not isinstance(template, dict):
+        if state != "ready" or not isinstance(template, dict) or support_of(template) < self.min_runs:
             self.index.remove(scenario_id)
             return
         samples = template.get("samples")
@@ -231,12 +254,18 @@ class LocalService:
             return 400, {"error": "id and input are required"}
         run_id = str(body["id"])[:200]
         prompt = body["input"][:MAX_INPUT_CHARS]
-        metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        given = body.get("metadata")
+        metadata: dict[str, Any] = given if isinstance(given, dict) else {}
         project = self._project_of(metadata)
         try:
             found = await self._thread(lambda: self.find(prompt, project))
+            if isinstance(found, match.Miss) and self.model is not None:
+                found = await self._confirm(prompt, project) or found
             if isinstance(found, match.Hit):
-                return 200, await self._thread(lambda: self._hit(found, prompt, project))
+                hit = found
+                return 200, await self._thread(
+                    lambda: self._hit(hit, prompt, project, run_id=run_id, body=body, metadata=metadata)
+                )
             await self._thread(
                 lambda: self.store.create_run(
                     run_id,
@@ -252,11 +281,39 @@ class LocalService:
             return _store_error(exc)
         return 201, {"id": run_id, "matched": None}
 
-    def _hit(self, hit: match.Hit, prompt: str, project: str) -> dict[str, Any]:
+    async def _confirm(self, prompt: str, project: str) -> match.Hit | None:
+        """A paraphrase the cascade missed, confirmed (or not) by one model call within its bound."""
+        assert self.model is not None
+        model = self.model
+        with anyio.move_on_after(model_pass.CONFIRM_TIMEOUT_S + 0.3):
+            return await model_pass.confirm(self, model, prompt, None if self.scope == "user" else project)
+        return None
+
+    def _hit(
+        self,
+        hit: match.Hit,
+        prompt: str,
+        project: str,
+        *,
+        run_id: str,
+        body: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+    ) -> dict[str, Any]:
         row = self.store.scenario(hit.scenario_id)
         if row is None:
             raise StoreError(f"scenario {hit.scenario_id} vanished while it matched")
         ticket = f"tkt_{secrets.token_hex(12)}"
+        # The replayed turn is recorded too (this service's extension of §12): a turn the model finishes its
+        # own way after a hand-over repairs the scenario; one the replay did whole is dropped when booked.
+        self.store.create_run(
+            run_id,
+            project=project,
+            input=prompt,
+            framework=str(body.get("framework") or ""),
+            metadata={**metadata, "ticket": ticket, "scenarioId": row.id},
+            origin="replay",
+            now=self._clock(),
+        )
         self.store.issue_ticket(
             ticket,
             scenario_id=row.id,
@@ -270,7 +327,7 @@ class LocalService:
         )
         log_event("local.matched", scenario_id=row.id, rule=hit.rule, similarity=hit.similarity)
         return {
-            "id": None,
+            "id": run_id,
             "matched": {
                 "runId": row.run_id,
                 "scenarioId": row.id,
@@ -312,7 +369,7 @@ class LocalService:
             # Late steps come in a burst; one calculation after it settles takes them all.
             await anyio.sleep(LATE_STEP_SETTLE_S)
             self._late.discard(run_id)
-            await self.calculate_run(run_id)
+            await self._settle_finished(run_id)
 
         self._background(later())
 
@@ -350,11 +407,61 @@ class LocalService:
 
         self._tg.start_soon(run)
 
+    async def _settle_finished(self, run_id: str) -> None:
+        run = await self._thread(lambda: self.store.run(run_id))
+        if run is not None and run.origin == "replay":
+            await self._after_replay(run_id)
+        else:
+            await self.settle_run(run_id)
+
     async def _after_finish(self, run_id: str) -> None:
-        await self.calculate_run(run_id)
+        await self._settle_finished(run_id)
         pruned = await self._thread(lambda: self.store.prune(self.max_bytes))
         if pruned:
             log_event("local.pruned", runs=len(pruned), max_bytes=self.max_bytes)
+
+    async def settle_run(self, run_id: str, *, repairs: str | None = None) -> sharpen.Settled:
+        """Calculate a finished run, with the runs of the task it repeats (``sharpen``); a scenario the
+        inference leaves not ready gets the model pass when a key is configured."""
+        settled = await sharpen.settle_run(self, run_id, repairs=repairs)
+        scenario = settled.scenario
+        if scenario is not None and scenario.state != "ready" and self.model is not None:
+            scenario = await model_pass.calculate(self, self.model, scenario)
+            return sharpen.Settled(scenario, joined=settled.joined)
+        return settled
+
+    async def _after_replay(self, run_id: str) -> None:
+        """A replayed turn's recording, once both its finish and its report are in: a hand-over the model
+        finished its own way repairs the scenario, a declined or vetoed plan's turn is one more run of the
+        task if it agrees, and a replay that did the task whole recorded nothing new."""
+        if run_id in self._repairing:
+            return
+        # Its finish and its report each call this: the first to find both in does the work, once.
+        self._repairing.add(run_id)
+        try:
+            run = await self._thread(lambda: self.store.run(run_id))
+            if run is None or run.finish is None or await self._thread(lambda: self.store.rests_in_a_scenario(run_id)):
+                return
+            ticket = str(run.metadata.get("ticket") or "")
+            scenario_id = str(run.metadata.get("scenarioId") or "")
+            booked = await self._thread(lambda: self.store.execution(ticket))
+            if booked is None:
+                return
+            outcome = booked["outcome"]
+            if outcome in REPAIR_OUTCOMES:
+                settled = await self.settle_run(run_id, repairs=scenario_id)
+                log_event(
+                    "local.repaired", run_id=run_id, scenario_id=scenario_id, outcome=outcome, joined=settled.joined
+                )
+                return
+            if outcome == "not_steered":
+                scenario = await self._thread(lambda: self.store.scenario(scenario_id))
+                joined = await sharpen.join_if_agrees(self, scenario_id, run_id) if scenario is not None else None
+                if joined is not None:
+                    return
+            await self._thread(lambda: self.store.delete_run(run_id))
+        finally:
+            self._repairing.discard(run_id)
 
     async def get_run(self, run_id: str) -> Answer:
         try:
@@ -469,6 +576,9 @@ class LocalService:
             return 404, {"error": "not_found"}
         return 200, self._serialized(row)
 
+    def has_hand_edits(self, scenario_id: str) -> bool:
+        return self._has_hand_edits(scenario_id)
+
     def _has_hand_edits(self, scenario_id: str) -> bool:
         return any(e.kind == "edit" and not e.entry.get("undone") for e in self.store.edits(scenario_id))
 
@@ -498,7 +608,10 @@ class LocalService:
             return 404, {"error": "not_found"}
         if not discard and await self._thread(lambda: self._has_hand_edits(scenario_id)):
             return 409, {"error": "scenario_has_edits", "scenarioId": scenario_id}
-        new = await self.calculate_run(row.run_id, discard_edits=discard)
+        if discard:
+            await self._thread(lambda: self.store.clear_edits(scenario_id))
+        # A scenario resting on several runs is calculated from all of them again, not from its source alone.
+        new = await sharpen.recalculate(self, scenario_id) or await self.calculate_run(row.run_id)
         assert new is not None
         return 202, {
             "scenarioId": new.id,
@@ -551,6 +664,9 @@ class LocalService:
             return 409, {"error": "ticket unknown or expired"}
         if status == "duplicate":
             return 200, {"duplicate": True}
+        replayed = await self._thread(lambda: self.store.run_of_ticket(ticket))
+        if replayed is not None:
+            self._background(self._after_replay(replayed))
         if decision.ledger == "none":
             return 202, {"recorded": False}
         return 201, {"id": ticket}
@@ -660,6 +776,9 @@ class LocalService:
             return 404, {"error": "not_found"}
         history = await self._thread(lambda: self.store.edits(scenario_id))
         target = next((e for e in history if e.id == edit_id), None)
+        if target is not None and target.kind == "calculation":
+            # It has no one step to put back: the calculation is redone from the runs, never half undone.
+            return 409, {"error": "calculation_edit", "edit": edit_id, "message": "recalculate instead"}
         if target is None or target.before is None or target.step_index is None:
             return 404, {"error": "not_found"}
         if target.entry.get("undone"):
@@ -761,6 +880,12 @@ class LocalService:
         return await self._thread(lambda: stats_of(self.store, project))
 
 
+def support_of(template: Mapping[str, Any]) -> int:
+    """How many agreeing runs a scenario rests on (a template from before issue 19 says nothing: one)."""
+    value = template.get("support", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
 def derived_params(body: Mapping[str, Any], values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Every parameter's value: the slot values; settings fall back to their samples; a target without one is
     missing."""
@@ -796,7 +921,9 @@ def stats_of(store: Store, project: str | None) -> dict[str, Any]:
                 executions=store.executions(scenario.id),
             )
         )
-    return {"scenarios": rows, "totals": booking.totals(rows), "store": {**store.counts(), "bytes": store.size_bytes()}}
+    calls, spent = store.model_calls()
+    totals = {**booking.totals(rows), "modelCalls": calls, "modelCostUsd": round(spent, 6)}
+    return {"scenarios": rows, "totals": totals, "store": {**store.counts(), "bytes": store.size_bytes()}}
 
 
 @contextlib.asynccontextmanager

@@ -124,6 +124,11 @@ def _coerce(slot: Slot, text: str, sample: Any) -> Any | Refused:
     return text
 
 
+def coerce(slot: Slot, text: str, sample: Any) -> Any | Refused:
+    """``text`` as a value of ``slot``, shaped like its recorded ``sample``, or why it cannot be."""
+    return _coerce(slot, text, sample)
+
+
 def _attached(slot: Slot, at: int, new: Sequence[Token], j1: int, j2: int) -> bool:
     """An insertion at a slot's edge belongs to the slot only when no space parts it from the slot."""
     if slot.first < at < slot.last:

@@ -122,6 +122,22 @@ class EditRow:
     after: dict[str, Any] | None
 
 
+@dataclass(frozen=True)
+class ImportedRun:
+    """A finished run written whole: a turn read from a transcript."""
+
+    id: str
+    project: str
+    input: str
+    metadata: Mapping[str, Any]
+    created_at: float
+    finished_at: float
+    steps: Sequence[Mapping[str, Any]]
+    finish: Mapping[str, Any]
+    origin: str = "transcript"
+    framework: str = ""
+
+
 def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
@@ -460,9 +476,12 @@ class Store:
                 "SELECT chain_revision, created_at FROM scenarios WHERE id = ?", (scenario_id,)
             ).fetchone()
             revision = (old[0] if old else 1) + (1 if bump_revision and old else 0)
+            # An upsert, not REPLACE: a replaced row would take its edits and the runs it rests on with it
+            # (their foreign keys cascade on the delete REPLACE does).
+            updates = ", ".join(f"{c} = excluded.{c}" for c in self._SCENARIO_COLUMNS.split(", ") if c != "id")
             conn.execute(
-                f"INSERT OR REPLACE INTO scenarios ({self._SCENARIO_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO scenarios ({self._SCENARIO_COLUMNS}) "
+                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET {updates}",
                 (
                     scenario_id,
                     project,
@@ -727,6 +746,192 @@ class Store:
             lambda c: c.execute("SELECT scenario_id, count(*) FROM tickets GROUP BY scenario_id").fetchall()
         )
         return {r[0]: int(r[1]) for r in rows}
+
+    # --- runs learned from transcripts, and the runs a scenario rests on (issue 19) ----------------
+
+    def import_runs(
+        self,
+        runs: Sequence[ImportedRun],
+        *,
+        transcript: str,
+        project: str,
+        read_bytes: int,
+        mtime: float,
+        now: float | None = None,
+    ) -> list[str]:
+        """Add runs read from ``transcript`` and move its read offset, in one transaction: either every
+        run and the offset are written, or nothing is. A run whose id is here already is left as it is (a
+        transcript read twice adds nothing). Returns the ids of the runs added."""
+        stamp = time.time() if now is None else now
+
+        def write(conn: sqlite3.Connection) -> list[str]:
+            added: list[str] = []
+            for run in runs:
+                meta = _dumps(dict(run.metadata))
+                finish = _dumps(dict(run.finish))
+                bodies = [_dumps(dict(step)) for step in run.steps]
+                size = len(run.input) + len(meta) + len(finish) + sum(len(b) for b in bodies)
+                cursor = conn.execute(
+                    "INSERT OR IGNORE INTO runs (id, project, input, framework, metadata, origin, created_at, "
+                    "finished_at, finish, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run.id,
+                        run.project,
+                        run.input,
+                        run.framework,
+                        meta,
+                        run.origin,
+                        run.created_at,
+                        run.finished_at,
+                        finish,
+                        size,
+                    ),
+                )
+                if cursor.rowcount != 1:
+                    continue
+                for step, text in zip(run.steps, bodies, strict=True):
+                    conn.execute(
+                        "INSERT OR REPLACE INTO steps (run_id, step_index, tool_name, body, bytes) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (run.id, int(step["stepIndex"]), str(step["toolName"]), text, len(text)),
+                    )
+                added.append(run.id)
+            conn.execute(
+                "INSERT OR REPLACE INTO transcript_imports (path, project, read_bytes, mtime, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (transcript, project, read_bytes, mtime, stamp),
+            )
+            return added
+
+        return self._write(write)
+
+    def transcript_read(self, transcript: str) -> tuple[int, float] | None:
+        """How far ``transcript`` was read, and its modification time then; None when never."""
+        row = self._read(
+            lambda c: c.execute(
+                "SELECT read_bytes, mtime FROM transcript_imports WHERE path = ?", (transcript,)
+            ).fetchone()
+        )
+        return None if row is None else (int(row[0]), float(row[1]))
+
+    def prompt_keys(self, project: str) -> set[tuple[str, str]]:
+        """``(sessionId, promptId)`` of the project's runs that carry them (a live recording's metadata,
+        an import's): a turn already here is not learned again."""
+        rows = self._read(
+            lambda c: c.execute(
+                "SELECT json_extract(metadata, '$.sessionId'), json_extract(metadata, '$.promptId') FROM runs "
+                "WHERE project = ?",
+                (project,),
+            ).fetchall()
+        )
+        return {(str(a), str(b)) for a, b in rows if a and b}
+
+    def uncalculated_runs(self, project: str) -> list[str]:
+        """The project's finished runs no scenario rests on yet (learned, or calculated before a crash),
+        oldest first; a replayed turn waiting for its report is not one of them."""
+        rows = self._read(
+            lambda c: c.execute(
+                "SELECT id FROM runs WHERE project = ? AND finish IS NOT NULL AND origin != 'replay' "
+                "AND id NOT IN (SELECT run_id FROM scenario_runs) ORDER BY created_at",
+                (project,),
+            ).fetchall()
+        )
+        return [str(r[0]) for r in rows]
+
+    def rests_in_a_scenario(self, run_id: str) -> bool:
+        """Whether some scenario rests on ``run_id`` already."""
+        row = self._read(lambda c: c.execute("SELECT 1 FROM scenario_runs WHERE run_id = ?", (run_id,)).fetchone())
+        return row is not None
+
+    def add_model_call(self, cost_usd: float) -> None:
+        """Count one model-pass call and what it cost (kept in ``meta`` as micro-dollars)."""
+        micro = max(0, round(cost_usd * 1_000_000))
+
+        def write(conn: sqlite3.Connection) -> None:
+            for key, by in (("model_calls", 1), ("model_micro_usd", micro)):
+                conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, 0)", (key,))
+                conn.execute("UPDATE meta SET value = value + ? WHERE key = ?", (by, key))
+
+        self._write(write)
+
+    def model_calls(self) -> tuple[int, float]:
+        """How many model-pass calls were made, and their cost in dollars."""
+        rows = dict(
+            self._read(
+                lambda c: c.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('model_calls', 'model_micro_usd')"
+                ).fetchall()
+            )
+        )
+        return int(rows.get("model_calls", 0)), int(rows.get("model_micro_usd", 0)) / 1_000_000
+
+    def set_reason(self, scenario_id: str, reason: Mapping[str, Any]) -> None:
+        """Replace a not-ready scenario's reason (what a model pass added to it)."""
+        self._write(
+            lambda c: c.execute("UPDATE scenarios SET reason = ? WHERE id = ?", (_dumps(dict(reason)), scenario_id))
+        )
+
+    def runs_of(self, scenario_id: str) -> list[tuple[str, str]]:
+        """``(run id, role)`` of every run ``scenario_id`` rests on, oldest first."""
+        rows = self._read(
+            lambda c: c.execute(
+                "SELECT sr.run_id, sr.role FROM scenario_runs sr JOIN runs r ON r.id = sr.run_id "
+                "WHERE sr.scenario_id = ? ORDER BY r.created_at",
+                (scenario_id,),
+            ).fetchall()
+        )
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def set_runs(self, scenario_id: str, runs: Mapping[str, str]) -> None:
+        """Make ``runs`` (run id -> role) the runs ``scenario_id`` rests on."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM scenario_runs WHERE scenario_id = ?", (scenario_id,))
+            for run_id, role in runs.items():
+                conn.execute(
+                    "INSERT OR REPLACE INTO scenario_runs (scenario_id, run_id, role) VALUES (?, ?, ?)",
+                    (scenario_id, run_id, role),
+                )
+
+        self._write(write)
+
+    def scenario_heads(self, project: str, *, limit: int = 2_000) -> list[tuple[str, str | None, str, Any]]:
+        """``(id, run_id, state, template)`` of the project's newest scenarios, whatever their state (a run
+        looking for the task it repeats reads these)."""
+        rows = self._read(
+            lambda c: c.execute(
+                "SELECT id, run_id, state, template FROM scenarios WHERE project = ? ORDER BY created_at DESC LIMIT ?",
+                (project, limit),
+            ).fetchall()
+        )
+        return [(r[0], r[1], r[2], _loads(r[3])) for r in rows]
+
+    def delete_run(self, run_id: str) -> bool:
+        """Remove a run that is not a recording after all (a replayed turn that repaired nothing)."""
+
+        def write(conn: sqlite3.Connection) -> bool:
+            gone = conn.execute("DELETE FROM runs WHERE id = ?", (run_id,)).rowcount == 1
+            if gone:
+                self._bump(conn, "generation")
+            return gone
+
+        return self._write(write)
+
+    def run_of_ticket(self, ticket: str) -> str | None:
+        """The replayed turn recorded under ``ticket`` (a repair candidate), if any."""
+        row = self._read(
+            lambda c: c.execute(
+                "SELECT id FROM runs WHERE origin = 'replay' AND json_extract(metadata, '$.ticket') = ?", (ticket,)
+            ).fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    def execution(self, ticket: str) -> dict[str, Any] | None:
+        """The booked execution of ``ticket``: its outcome and report; None when not booked."""
+        row = self._read(
+            lambda c: c.execute("SELECT outcome, report FROM executions WHERE ticket = ?", (ticket,)).fetchone()
+        )
+        return None if row is None else {"outcome": row[0], "report": json.loads(row[1])}
 
     # --- size, pruning, forgetting ----------------------------------------------------------------
 

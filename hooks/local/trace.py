@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -37,6 +37,7 @@ MIN_TRACED_NUMBER_CHARS: Final = 3
 MAX_LEAVES_PER_OUTPUT: Final = 20_000
 MAX_DEPTH: Final = 48
 MAX_LINES: Final = 2_000
+MAX_WORDS: Final = 32
 REDACTED: Final = "[REDACTED]"
 _JOINERS: Final = "-./:@"
 GENERIC_KEYS: Final = frozenset({"command", "cmd", "query", "q", "text", "input", "value", "args", "content", "body"})
@@ -86,7 +87,7 @@ def parse_output(tool: str, text: str) -> Any:
 
 # --- paths through an output -----------------------------------------------------------------------
 
-# A path step: ("key", name), ("json",), ("trim",), ("lines",), ("row", rule).
+# A path step: ("key", name), ("json",), ("trim",), ("lines",), ("words",), ("row", rule).
 PathStep = tuple[Any, ...]
 
 
@@ -147,7 +148,20 @@ def _walk(value: Any, steps: tuple[Any, ...], depth: int, budget: list[int]) -> 
         for i, line in enumerate(lines):
             if line:
                 budget[0] -= 1
-                yield Occurrence((*steps, ("lines",), ("idx", Crossing(lines, i))), line)
+                at = (*steps, ("lines",), ("idx", Crossing(lines, i)))
+                yield Occurrence(at, line)
+                yield from _words(line, at, budget)
+
+
+def _words(line: str, steps: tuple[Any, ...], budget: list[int]) -> Iterator[Occurrence]:
+    """The words of one line of text output (``b4102 failed main 21m``): a value a later step reads may be one
+    of them, picked by its place (the first word, the last)."""
+    words = line.split()
+    if len(words) < 2 or len(words) > MAX_WORDS:
+        return
+    for j, word in enumerate(words):
+        budget[0] -= 1
+        yield Occurrence((*steps, ("words",), ("idx", Crossing(words, j))), word)
 
 
 @dataclass
@@ -290,14 +304,31 @@ def describe_rule(rule: Rule) -> str:
     return {"only": "the only row", "first": "the first row", "last": "the last row"}[rule]
 
 
-def resolve(occ: Occurrence, prompt_words: Sequence[str]) -> tuple[PathStep, ...]:
+def crossing_key(where: str, steps: Sequence[Any], position: int) -> str:
+    """A name for one list crossing of one output, the same in every run of a task: the producing step,
+    the keys on the way to it and its place on the path."""
+    keys = "/".join(str(s[1]) for s in steps[:position] if s[0] == "key")
+    return f"{where}:{keys}#{sum(1 for s in steps[:position] if s[0] == 'idx')}"
+
+
+def resolve(
+    occ: Occurrence,
+    prompt_words: Sequence[str],
+    *,
+    where: str = "",
+    choices: Mapping[str, Rule] | None = None,
+    ambiguous: list[tuple[str, list[Rule]]] | None = None,
+) -> tuple[PathStep, ...]:
     """The occurrence's path with a rule at every list crossing.
+
+    ``choices`` settles a crossing the recording and the prompt leave ambiguous (the rule a second run of
+    the task agrees with); ``ambiguous`` hears every crossing that stayed ambiguous, with its candidates.
 
     Raises:
         Untraceable: a crossing no rule explains, or one where several fit and the prompt does not say which.
     """
     out: list[PathStep] = []
-    for step in occ.steps:
+    for position, step in enumerate(occ.steps):
         if step[0] != "idx":
             out.append(step)
             continue
@@ -309,6 +340,11 @@ def resolve(occ: Occurrence, prompt_words: Sequence[str]) -> tuple[PathStep, ...
                 "(not the only, the first, the last, nor the highest or lowest of a numeric field)"
             )
         chosen = choose_rule(candidates, prompt_words)
+        key = crossing_key(where, occ.steps, position)
+        if chosen is None and choices is not None and choices.get(key) in candidates:
+            chosen = choices[key]
+        if chosen is None and ambiguous is not None:
+            ambiguous.append((key, list(candidates)))
         if chosen is None:
             said = ", ".join(describe_rule(r) for r in candidates)
             raise Untraceable(
@@ -435,6 +471,11 @@ class Tracer:
 
     prompt: str
     outputs: list[OutputIndex]
+    # Prompt spans other runs of the task hold other values in: parameters, however the tokens fall.
+    seeds: tuple[tuple[int, int], ...] = ()
+    # Rules for crossings one recording leaves ambiguous, and the crossings that stayed so.
+    choices: Mapping[str, Rule] = field(default_factory=dict)
+    ambiguous: list[tuple[str, list[Rule]]] = field(default_factory=list)
     params: list[Param] = field(default_factory=list)
     extractions: list[Extraction] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
@@ -465,6 +506,8 @@ class Tracer:
             if value.lower() in lexicon.STOPWORDS:
                 return None
             spans = tuple((m.start(), m.end()) for m in _bounded_pattern(value).finditer(self.prompt))
+            if not spans:
+                spans = tuple((a, b) for a, b in self.seeds if self.prompt[a:b].casefold() == value.casefold())
             if not spans:
                 return None
             said = self.prompt[spans[0][0] : spans[0][1]]
@@ -514,7 +557,13 @@ class Tracer:
                 continue
             for occ in sorted(found, key=lambda o: sum(1 for s in o.steps if s[0] == "idx")):
                 try:
-                    path = resolve(occ, self.prompt_words)
+                    path = resolve(
+                        occ,
+                        self.prompt_words,
+                        where=str(index.step.index),
+                        choices=self.choices,
+                        ambiguous=self.ambiguous,
+                    )
                 except Untraceable as exc:
                     problem = problem or Untraceable(
                         f"its value is in the output of step {index.step.index} ({index.step.tool}), but {exc.message}"
@@ -557,6 +606,10 @@ class Tracer:
                 # A plain word inside a longer string is too often a coincidence ("script" in "</script>").
                 continue
             if _bounded_pattern(word).search(self.prompt):
+                candidates.append((word, word))
+        for start, end in self.seeds:
+            word = self.prompt[start:end]
+            if len(word) >= MIN_PROMPT_VALUE_CHARS and word in text and all(c[0] != word for c in candidates):
                 candidates.append((word, word))
         for index in reversed(self.outputs[:before]):
             if not index.kept:

@@ -275,12 +275,20 @@ class Controller:
                 self.recorder.start(run.run_id)
             return None
         run.matched = answer.matched
+        # A hit that names this turn's run asks for the replayed turn to be recorded too (the local service's
+        # extension of §12); the BaseIn service names none, and a replayed turn records nothing.
+        record = answer.id is not None and answer.id == run.run_id
+        if record:
+            run.recording = run.recording_replay = True
+            self.recorder.start(run.run_id)
         log_event(
             "run.matched",
             run_id=run.run_id,
             scenario_id=run.scenario_id,
             similarity=answer.matched.similarity if answer.matched else None,
-            why="similar prompt — the service kept its own run; not recording this one",
+            why="similar prompt — recording the replayed turn as the service asked"
+            if record
+            else "similar prompt — the service kept its own run; not recording this one",
         )
         return answer.matched
 
@@ -446,6 +454,7 @@ class Controller:
             run.saw(tool_use_id)
         if run is None or run.phase in ENDED:
             return api.EMPTY_HOOK_ANSWER
+        self._record_plan_steps(run)
         if tool_use_id is not None and tool is not None and len(run.pending) < 256:
             run.pending[tool_use_id] = PendingCall(tool_use_id, tool, hook.tool_input, self._clock())
         plan = run.plan
@@ -487,6 +496,7 @@ class Controller:
             return api.EMPTY_HOOK_ANSWER
         call = run.pending.pop(tool_use_id, None)
         run.saw(tool_use_id)
+        self._record_plan_steps(run)
         failed = hook.hook_event_name == "PostToolUseFailure" or hook.error is not None
         if run.recording and not _housekeeping(tool, hook.tool_input) and tool is not None:
             duration = hook.duration_ms if hook.duration_ms is not None else None
@@ -551,9 +561,25 @@ class Controller:
         self.sessions.drop(session.session_id)
         return api.EMPTY_HOOK_ANSWER
 
+    def _record_plan_steps(self, run: Run) -> None:
+        """A recorded replayed turn holds the steps its plan ran through the proxies (a direct run, a
+        divergence's remaining steps) where they ran: before the model's next call. Pinned steps are the
+        model's own calls and are recorded as those; recorded stand-ins never ran and never are."""
+        plan = run.plan
+        if not run.recording_replay or plan is None:
+            return
+        entries = plan.entries
+        for entry in entries[run.plan_steps_recorded :]:
+            if not entry.recorded:
+                # Held like the model's own calls, under a key no host uses, so the flush keeps it where it ran.
+                key = f"bir-plan:{entry.step_index}"
+                self.recorder.hold(run.run_id, key, entry.tool_name, dict(entry.input or {}), tool_output=entry.output)
+        run.plan_steps_recorded = len(entries)
+
     def _seal(self, run: Run) -> None:
         if run.phase in ENDED:
             return
+        self._record_plan_steps(run)
         plan = run.plan
         if plan is not None and plan.mode == "direct" and run.phase in ("arming", "armed", "announced"):
             # §6.4: a direct plan whose run_scenario never came books not_steered.
@@ -633,6 +659,13 @@ class Controller:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(_log_failure)
+
+    async def sealed(self) -> int:
+        """Wait for the recorded turns being sealed now (their steps and finish queued); how many there were."""
+        finishing = set(self._finishing)
+        if finishing:
+            await asyncio.wait(finishing)
+        return len(finishing)
 
     async def close(self) -> None:
         """Finalize every open run (a shutdown books what it knows) and stop background work."""

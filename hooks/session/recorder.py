@@ -19,14 +19,10 @@ from typing import Any, Final
 
 from bir.core.housekeeping import is_housekeeping
 from bir.core.log import log_event
-from bir.core.redact import redact, redact_text
+from bir.core.recording import MAX_OUTPUT_CHARS, finish_body, step_body
 from bir.core.transcript import ModelUsage
-from bir.core.truncate import DEFAULT_MAX_CHARS, cut_counted, serialize_capped
 from bir.hooks.session.outbox import Outbox
 
-MAX_OUTPUT_CHARS: Final = DEFAULT_MAX_CHARS
-MAX_ERROR_CHARS: Final = 1_000
-MAX_TOOL_NAME_CHARS: Final = 200
 # Runs remembered at once; the oldest is forgotten past this (a turn long gone that never sealed).
 MAX_RUNS: Final = 1_024
 # Steps a run holds until its seal; past this a step is queued at once (in settle order).
@@ -39,15 +35,6 @@ class _Run:
     finished: bool = False
     # call key (the host's tool_use_id) → the step's body, without its index: made when held, sent at flush.
     held: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
-
-
-def _count(value: int | None) -> int | None:
-    return None if value is None else max(0, int(value))
-
-
-def usage_to_wire(usage: Sequence[ModelUsage]) -> list[dict[str, Any]]:
-    """Per-model usage as the finish body's camelCase objects."""
-    return [u.to_wire() for u in usage]
 
 
 class Recorder:
@@ -122,8 +109,13 @@ class Recorder:
         outbox = self._outbox
         if outbox is None:
             return step_index
-        body = self._body(tool_name, tool_input, tool_output, error, duration_ms)
-        outbox.enqueue_step(run_id, step_index, {"stepIndex": step_index, **body})
+        outbox.enqueue_step(
+            run_id,
+            step_index,
+            self._body(
+                step_index, tool_name, tool_input, tool_output=tool_output, error=error, duration_ms=duration_ms
+            ),
+        )
         return step_index
 
     def hold(
@@ -146,7 +138,11 @@ class Recorder:
         if len(run.held) >= MAX_HELD_STEPS:
             return self.step(run_id, None, tool_name, tool_input, tool_output=tool_output, error=error) is not None
         # Without a service nothing is sent: only the order (the indexes) is kept.
-        run.held[key] = self._body(tool_name, tool_input, tool_output, error, duration_ms) if self._outbox else {}
+        run.held[key] = (
+            self._body(0, tool_name, tool_input, tool_output=tool_output, error=error, duration_ms=duration_ms)
+            if self._outbox
+            else {}
+        )
         return True
 
     def holds(self, run_id: str, key: str) -> bool:
@@ -155,35 +151,53 @@ class Recorder:
         return run is not None and key in run.held
 
     def flush(self, run_id: str, order: Sequence[str]) -> int:
-        """Queue every held step of ``run_id``: those named in ``order`` in that order, then the rest as they
-        settled; returns how many. Each takes the run's next index."""
+        """Queue every held step of ``run_id``: those named in ``order`` in that order, and each step ``order``
+        does not name right after the named steps that settled before it (a plan's step run through a proxy
+        stays where it ran); returns how many. Each takes the run's next index."""
         run = self._runs.get(run_id)
         if run is None:
             return 0
-        first = [key for key in dict.fromkeys(order) if key in run.held]
-        keys = first + [key for key in run.held if key not in set(first)]
+        named = [key for key in dict.fromkeys(order) if key in run.held]
+        place = {key: position for position, key in enumerate(named)}
+        # A step the order does not name follows every named step that settled before it.
+        after: dict[int, list[str]] = {}
+        latest = -1
+        for key in run.held:
+            if key in place:
+                latest = max(latest, place[key])
+            else:
+                after.setdefault(latest, []).append(key)
+        keys = list(after.get(-1, ()))
+        for position, key in enumerate(named):
+            keys += [key, *after.get(position, ())]
         for key in keys:
             body = run.held.pop(key)
             step_index = run.next_index
             run.next_index += 1
             outbox = self._outbox
             if outbox is not None:
-                outbox.enqueue_step(run_id, step_index, {"stepIndex": step_index, **body})
+                outbox.enqueue_step(run_id, step_index, {**body, "stepIndex": step_index})
         return len(keys)
 
     def _body(
-        self, tool_name: str, tool_input: object, tool_output: object, error: str | None, duration_ms: int | None
+        self,
+        step_index: int,
+        tool_name: str,
+        tool_input: object,
+        *,
+        tool_output: object,
+        error: str | None,
+        duration_ms: int | None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "toolName": cut_counted(tool_name, MAX_TOOL_NAME_CHARS),
-            "toolInput": self._input(tool_input),
-            "toolOutput": self._output(tool_output),
-        }
-        if error is not None:
-            body["error"] = cut_counted(redact_text(error), MAX_ERROR_CHARS)
-        if duration_ms is not None:
-            body["durationMs"] = _count(duration_ms)
-        return body
+        return step_body(
+            step_index,
+            tool_name,
+            tool_input,
+            tool_output=tool_output,
+            error=error,
+            duration_ms=duration_ms,
+            max_chars=self._max_output_chars,
+        )
 
     def finish(
         self,
@@ -209,23 +223,13 @@ class Recorder:
         outbox = self._outbox
         if outbox is None:
             return False
-        body: dict[str, Any] = {
-            "output": cut_counted(redact_text(output or ""), self._max_output_chars),
-            "durationMs": _count(duration_ms),
-            "usage": usage_to_wire(usage),
-            "costUsd": cost_usd if cost_usd > 0 and cost_usd != float("inf") else 0.0,
-            "measured": bool(measured),
-            "pricingVersion": pricing_version,
-        }
+        body = finish_body(
+            output,
+            duration_ms=duration_ms,
+            usage=usage,
+            cost_usd=cost_usd,
+            measured=measured,
+            pricing_version=pricing_version,
+            max_chars=self._max_output_chars,
+        )
         return outbox.enqueue_finish(run_id, body)
-
-    def _input(self, tool_input: object) -> object:
-        cleaned = redact(tool_input)
-        text = serialize_capped(cleaned, self._max_output_chars)
-        # A value within the cap goes as it is (the arguments that ran); past it, the capped text does.
-        return cleaned if len(text) < self._max_output_chars else text
-
-    def _output(self, tool_output: object) -> str:
-        if isinstance(tool_output, str):
-            return cut_counted(tool_output, self._max_output_chars)
-        return serialize_capped(redact(tool_output), self._max_output_chars)

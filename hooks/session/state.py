@@ -81,6 +81,10 @@ class Run:
     phase: Phase = "matching"
     # Facts about the turn that its phase does not say.
     recording: bool = False
+    # A replayed turn the service asked to have recorded too (the local service: a hand-over the model
+    # finishes its own way repairs the scenario); and how many of its plan's executed steps went in.
+    recording_replay: bool = False
+    plan_steps_recorded: int = 0
     prompt_answered: bool = False
     matched: Matched | None = None
     plan: ScenarioReplayPlan | None = None

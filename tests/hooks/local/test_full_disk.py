@@ -111,8 +111,9 @@ async def test_a_full_store_pauses_recording_while_every_hook_answers_and_nothin
         call = {"tool_name": "Read", "tool_input": {"file_path": f"/notes/{n}.md"}, "tool_use_id": f"t{n}"}
         assert await post("/tool/pre", hook("PreToolUse", "s1", transcript, **call)) == {}
         assert await post("/tool/post", hook("PostToolUse", "s1", transcript, **call, tool_response=OUTPUT)) == {}
-    await until(lambda: logged("outbox.retry"), "the outbox trying a step again")
+    # The turn's steps are sent when it is sealed (in the order the model made the calls), at Stop.
     assert await post("/session/stop", hook("Stop", "s1", transcript, last_assistant_message="read")) == {}
+    await until(lambda: logged("outbox.retry"), "the outbox trying a step again")
     assert await post("/session/end", hook("SessionEnd", "s1", transcript, reason="other")) == {}
 
     # The session goes on: the next prompt is answered as ever.
