@@ -239,7 +239,7 @@ class ScriptedHost:
             while quiet < 2:
                 # A draft report waits for its turn's seal by design: only what is to be sent counts.
                 # A sealed turn's steps reach the outbox only once its seal (in the background) is done.
-                before = await self.controller.sealed()
+                before = await self.controller.calls.sealed()
                 before += sum(1 for item in outbox.pending() if not item.draft) + self.local.busy
                 await outbox.flush(timeout_s)
                 await self.local.idle(timeout_s)

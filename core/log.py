@@ -16,12 +16,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Final, Protocol
+from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 
 from bir.core.home_files import open_private, private_dir
 from bir.core.secret_values import redact_values
 from bir.core.truncate import cut_counted
 from bir.core.urls import hide_userinfo
+
+if TYPE_CHECKING:
+    import asyncio
 
 # Bounds, so that a log line can never carry a body's 200,000-character error or a whole tool output.
 MAX_FIELD_CHARS = 2_000
@@ -162,3 +165,12 @@ def log_event(event: str, **fields: Any) -> None:
             stream.flush()
     except Exception:  # noqa: BLE001 - logging must never take a caller down
         return
+
+
+def log_task_failure(task: asyncio.Task[Any]) -> None:
+    """A background task's done-callback: its failure as one ``control.task_failed`` line (a cancel says nothing)."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log_event("control.task_failed", error=f"{type(exc).__name__}: {exc}"[:500])

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from bir.core import config
 from bir.core.housekeeping import is_housekeeping
-from bir.core.log import log_event
+from bir.core.log import log_event, log_task_failure
 from bir.core.tool_output import step_output_text
 from bir.core.transcript import TranscriptCall, tool_calls_since
 from bir.core.types import parse_qualified_name
@@ -47,6 +47,7 @@ class CallRecording:
         self._proxy_reports = proxy_reports
         self._recorder = recorder
         self._with_call_id = with_call_id
+        self._sealing: set[asyncio.Task[None]] = set()
 
     async def record(self, run: Run, tool: str, hook: api.HookInput, failed: bool, duration_ms: float | None) -> None:
         tool_use_id = hook.tool_use_id or ""
@@ -85,6 +86,36 @@ class CallRecording:
                 tool_use_ids=[c.tool_use_id for c in unseen][:20],
             )
         return unseen
+
+    def hold_plan_steps(self, run: Run) -> None:
+        """A recorded replayed turn holds the steps its plan ran through the proxies (a direct run, a
+        divergence's remaining steps) where they ran: before the model's next call. Pinned steps are the
+        model's own calls and are recorded as those; recorded stand-ins never ran and never are."""
+        plan = run.plan
+        if not run.recording_replay or plan is None:
+            return
+        entries = plan.entries
+        for entry in entries[run.plan_steps_recorded :]:
+            if not entry.recorded:
+                # Held like the model's own calls, under a key no host uses, so the flush keeps it where it ran.
+                key = f"bir-plan:{entry.step_index}"
+                self._recorder.hold(run.run_id, key, entry.tool_name, dict(entry.input or {}), tool_output=entry.output)
+        run.plan_steps_recorded = len(entries)
+
+    def seal_later(self, run: Run, finish: Finish) -> None:
+        """``seal`` in the background: a hook never waits for a turn's calls to settle."""
+        sealing = asyncio.ensure_future(self.seal(run, finish))
+        self._sealing.add(sealing)
+        sealing.add_done_callback(self._sealing.discard)
+        sealing.add_done_callback(log_task_failure)
+
+    async def sealed(self, timeout_s: float | None = None) -> int:
+        """Wait (up to ``timeout_s``) for the turns being sealed now, their steps and finish then queued; how
+        many there were."""
+        sealing = set(self._sealing)
+        if sealing:
+            await asyncio.wait(sealing, timeout=timeout_s)
+        return len(sealing)
 
     async def seal(self, run: Run, finish: Finish) -> None:
         """Seal a recorded turn: its steps in the order the model made them (the transcript's, with each

@@ -24,7 +24,7 @@ from bir.core import config
 from bir.core.coverage import ReplayMode
 from bir.core.derive import Derivation, derive_parameters, resolve_api_key
 from bir.core.housekeeping import is_housekeeping
-from bir.core.log import log_event
+from bir.core.log import log_event, log_task_failure
 from bir.core.plan import PlanError, PlanStateError, ScenarioReplayPlan
 from bir.core.redact import redact_text
 from bir.core.service import ServiceClient, ServiceError
@@ -35,7 +35,7 @@ from bir.hooks import api
 from bir.hooks.server.routes import ReceivedStep
 from bir.hooks.server.work_queue import ProxyWorkQueue
 from bir.hooks.session.arming import Armable, DecisionCode, Decline, ladder
-from bir.hooks.session.booking import Finish, draft, settle
+from bir.hooks.session.booking import draft, settle
 from bir.hooks.session.calls import RECORDING_SETTLE_S, CallRecording
 from bir.hooks.session.direct_run import NOT_RUN_NOTE, DirectRunner
 from bir.hooks.session.match_gate import MatchGate, ServiceHealth
@@ -115,7 +115,6 @@ class Controller:
         self.reports_of_proxies = ProxyReports(queue.bind)
         self._tasks: set[asyncio.Task[Any]] = set()
         # Recorded turns being sealed (their steps, then their finish): a shutdown waits for them.
-        self._finishing: set[asyncio.Task[Any]] = set()
         self.direct = DirectRunner(
             queue=queue, sessions=self.sessions, allow=lambda: self.switches().allow, clock=clock
         )
@@ -454,7 +453,7 @@ class Controller:
             run.saw(tool_use_id)
         if run is None or run.phase in ENDED:
             return api.EMPTY_HOOK_ANSWER
-        self._record_plan_steps(run)
+        self.calls.hold_plan_steps(run)
         if tool_use_id is not None and tool is not None and len(run.pending) < 256:
             run.pending[tool_use_id] = PendingCall(tool_use_id, tool, hook.tool_input, self._clock())
         plan = run.plan
@@ -496,7 +495,7 @@ class Controller:
             return api.EMPTY_HOOK_ANSWER
         call = run.pending.pop(tool_use_id, None)
         run.saw(tool_use_id)
-        self._record_plan_steps(run)
+        self.calls.hold_plan_steps(run)
         failed = hook.hook_event_name == "PostToolUseFailure" or hook.error is not None
         if run.recording and not _housekeeping(tool, hook.tool_input) and tool is not None:
             duration = hook.duration_ms if hook.duration_ms is not None else None
@@ -561,25 +560,10 @@ class Controller:
         self.sessions.drop(session.session_id)
         return api.EMPTY_HOOK_ANSWER
 
-    def _record_plan_steps(self, run: Run) -> None:
-        """A recorded replayed turn holds the steps its plan ran through the proxies (a direct run, a
-        divergence's remaining steps) where they ran: before the model's next call. Pinned steps are the
-        model's own calls and are recorded as those; recorded stand-ins never ran and never are."""
-        plan = run.plan
-        if not run.recording_replay or plan is None:
-            return
-        entries = plan.entries
-        for entry in entries[run.plan_steps_recorded :]:
-            if not entry.recorded:
-                # Held like the model's own calls, under a key no host uses, so the flush keeps it where it ran.
-                key = f"bir-plan:{entry.step_index}"
-                self.recorder.hold(run.run_id, key, entry.tool_name, dict(entry.input or {}), tool_output=entry.output)
-        run.plan_steps_recorded = len(entries)
-
     def _seal(self, run: Run) -> None:
         if run.phase in ENDED:
             return
-        self._record_plan_steps(run)
+        self.calls.hold_plan_steps(run)
         plan = run.plan
         if plan is not None and plan.mode == "direct" and run.phase in ("arming", "armed", "announced"):
             # §6.4: a direct plan whose run_scenario never came books not_steered.
@@ -597,17 +581,10 @@ class Controller:
     def _finalize(self, run: Run) -> None:
         settle(
             run,
-            seal_recording=lambda finish: self._seal_recording(run, finish),
+            seal_recording=lambda finish: self.calls.seal_later(run, finish),
             reports=self.reports,
             now=self._clock(),
         )
-
-    def _seal_recording(self, run: Run, finish: Finish) -> None:
-        """Send a recorded turn's steps, then its finish, once its calls' recordings settle (in the background)."""
-        sealing = asyncio.ensure_future(self.calls.seal(run, finish))
-        self._finishing.add(sealing)
-        sealing.add_done_callback(self._finishing.discard)
-        sealing.add_done_callback(_log_failure)
 
     # -- decisions ----------------------------------------------------------------------------------
 
@@ -651,21 +628,14 @@ class Controller:
         task = asyncio.ensure_future(work)
         run.tasks.add(task)
         task.add_done_callback(run.tasks.discard)
-        task.add_done_callback(_log_failure)
+        task.add_done_callback(log_task_failure)
         return task
 
     def _spawn_detached(self, work: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(_log_failure)
-
-    async def sealed(self) -> int:
-        """Wait for the recorded turns being sealed now (their steps and finish queued); how many there were."""
-        finishing = set(self._finishing)
-        if finishing:
-            await asyncio.wait(finishing)
-        return len(finishing)
+        task.add_done_callback(log_task_failure)
 
     async def close(self) -> None:
         """Finalize every open run (a shutdown books what it knows) and stop background work."""
@@ -673,19 +643,10 @@ class Controller:
             if session.run is not None:
                 self._seal(session.run)
                 self._finalize(session.run)
-        if self._finishing:
-            await asyncio.wait(set(self._finishing), timeout=RECORDING_SETTLE_S + 1.0)
+        await self.calls.sealed(RECORDING_SETTLE_S + 1.0)
         for task in list(self._tasks):
             task.cancel()
 
 
 async def _no_wait(within_s: float) -> bool:
     return False
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if exc is not None:
-        log_event("control.task_failed", error=f"{type(exc).__name__}: {exc}"[:500])
