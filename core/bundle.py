@@ -55,6 +55,16 @@ def fence(output: str, marker: str) -> str:
     return f"{FENCE_OPEN}{marker}\n{output}\n{FENCE_CLOSE}{marker}"
 
 
+def fenced_output(lines: Sequence[str]) -> str | None:
+    """What the fence opening ``lines`` holds (up to its closing line, else to the end); None when they do
+    not open with a fence."""
+    if not lines or not lines[0].startswith(FENCE_OPEN):
+        return None
+    closing = FENCE_CLOSE + lines[0][len(FENCE_OPEN) :]
+    inner = lines[1 : list(lines).index(closing)] if closing in lines else lines[1:]
+    return "\n".join(inner)
+
+
 def new_marker(texts: Sequence[str]) -> str:
     """A random marker that occurs in none of ``texts``, so no output can close its own fence."""
     while True:

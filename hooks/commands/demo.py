@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 
 from bir.core import installed
-from bir.core.bundle import FENCE_CLOSE, FENCE_OPEN
+from bir.core.bundle import fenced_output
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.log import log_to_file, logs_dir, set_stream
 from bir.core.paths import project_key
@@ -122,13 +122,9 @@ def _step_outputs(text: str) -> list[str]:
     for section in re.split(r"^### Step \d+/\d+ — .*$", text, flags=re.MULTILINE)[1:]:
         lines = section.strip("\n").split("\n")
         body = lines[1:] if lines and lines[0].startswith(("arguments: ", "command: ")) else lines
-        if body and body[0].startswith(FENCE_OPEN):
-            # The output sits between its bundle's two fence lines (outputs are data, issue 16).
-            closing = FENCE_CLOSE + body[0][len(FENCE_OPEN) :]
-            inner = body[1 : body.index(closing)] if closing in body else body[1:]
-            outputs.append("\n".join(inner).strip())
-        else:
-            outputs.append("\n".join(body).split("\n\n")[0].strip())
+        # The output sits between its bundle's two fence lines (outputs are data, issue 16).
+        inner = fenced_output(body)
+        outputs.append((inner if inner is not None else "\n".join(body).split("\n\n")[0]).strip())
     return outputs
 
 
