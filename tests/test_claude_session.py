@@ -19,8 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from tests.claude_host import ClaudeRun, claude_home, run_claude, write_project
 from tests.fakes.baseinsvc import Canned, FakeBaseIn
 from tests.paths import SCENARIOS
 from tests.peers import INSTALLING_TEST_TIMEOUT_S
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.timeout(INSTALLING_TEST_TIMEOUT_S)
 
@@ -55,14 +55,6 @@ PRICED_MODEL = ("--model", "claude-sonnet-4-5")
 def fleet_direct() -> dict[str, Any]:
     data: dict[str, Any] = json.loads((SCENARIOS / "fleet-direct.json").read_text())
     return data
-
-
-def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {seconds} s")
-        time.sleep(0.05)
 
 
 @dataclass

@@ -10,7 +10,6 @@ import pty
 import select
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 
 from bir.benchmarks.serving import serve_in_thread
 from tests.fakes.baseinsvc import FakeBaseIn
+from tests.polling import wait_for
 from tests.sandbox import Sandbox
 from tests.wheel import WHEEL_TEST_TIMEOUT_S
 
@@ -55,14 +55,6 @@ def service() -> Iterator[FakeBaseIn]:
     with serve_in_thread(fake.app, fake.releaser) as url:
         fake.url = url
         yield fake
-
-
-def until(condition: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {seconds:g} s")
-        time.sleep(0.05)
 
 
 # -- --json: one document on every path ---------------------------------------------------------------
@@ -221,7 +213,7 @@ def interrupted(demo: Sandbox, *extra: str) -> subprocess.CompletedProcess[str]:
         start_new_session=True,
     )
     log = demo.bir_home / "logs" / "replay.log"
-    until(lambda: log.exists() and "fleet.slow_echo_started" in log.read_text(), 60, "the slow step")
+    wait_for(lambda: log.exists() and "fleet.slow_echo_started" in log.read_text(), 60, "the slow step")
     os.killpg(process.pid, signal.SIGINT)
     out, err = process.communicate(timeout=60)
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
@@ -267,7 +259,7 @@ def test_a_running_control_server_uses_a_new_sign_in_and_a_sign_out_at_its_next_
     # The server served on the local service (no account yet): it is restarted on the service signed in to.
     assert "Restarted 1 running control server(s) on the service (they served on the local service)" in login.stdout
     demo.hook("UserPromptSubmit", prompt)
-    until(lambda: len(service.requests_to("match")) == 1, 10, "the match of the prompt after bir login")
+    wait_for(lambda: len(service.requests_to("match")) == 1, 10, "the match of the prompt after bir login")
     assert service.requests_to("match")[0].headers["authorization"] == f"Bearer {service.token}"
 
     assert demo.bir("logout").returncode == 0

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
@@ -27,6 +26,7 @@ from bir.hooks.local import LOCAL_TOKEN, open_local_service
 from bir.hooks.local.runtime import LocalService
 from bir.hooks.session.outbox import outbox_dir
 from bir.hooks.session.switches import Switches
+from tests.polling import until
 
 pytestmark = pytest.mark.anyio
 PROMPT = "read the three notes"
@@ -56,14 +56,6 @@ def hook(event: str, session: str, transcript: Path, **fields: Any) -> dict[str,
         "hook_event_name": event,
         **fields,
     }
-
-
-async def until(condition: Callable[[], object], what: str, seconds: float = 30.0) -> None:
-    with anyio.move_on_after(seconds):
-        while not condition():  # noqa: ASYNC110 - what is awaited is written by another task
-            await anyio.sleep(0.05)
-        return
-    raise AssertionError(f"{what}: not within {seconds} s")
 
 
 def set_page_limit(service: LocalService, pages: int | None) -> None:

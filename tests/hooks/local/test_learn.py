@@ -32,6 +32,7 @@ from bir.examples.fleet_server import list_devices_in
 from bir.hooks.local.store import Store, default_path
 from tests.claude_host import ClaudeSession, claude_home, write_project
 from tests.peers import INSTALLING_TEST_TIMEOUT_S, claude_code
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.timeout(INSTALLING_TEST_TIMEOUT_S)
 
@@ -247,10 +248,7 @@ def wait_for_ended_turns(transcript: Path, count: int, timeout_s: float = 30.0) 
                     found += message.get("stop_reason") == "end_turn"
         return found
 
-    until = time.monotonic() + timeout_s
-    while ended() < count:
-        assert time.monotonic() < until, f"{count} ended turns in {transcript} within {timeout_s} s"
-        time.sleep(0.1)
+    wait_for(lambda: ended() >= count, timeout_s, f"{count} ended turns in {transcript}")
 
 
 def _main_chain_usage(transcript: Path, prompt_id: str) -> list[dict[str, int]]:

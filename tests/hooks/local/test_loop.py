@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from bir.hooks.local.runtime import stats_of
 from bir.hooks.local.store import Store, default_path
 from bir.hooks.replay.host import ProxyHost, proxy_environment
 from bir.hooks.session.switches import Switches
+from tests.polling import until
 
 pytestmark = pytest.mark.anyio
 FIRST = "find the riskiest device in eu-west-1 and show its details"
@@ -56,12 +56,6 @@ def spend(transcript: Path, message_id: str, input_tokens: int, output_tokens: i
     }
     with transcript.open("a") as handle:
         handle.write(json.dumps(line) + "\n")
-
-
-async def until(condition: Callable[[], object], seconds: float = 30.0) -> None:
-    with anyio.fail_after(seconds):
-        while not condition():  # noqa: ASYNC110 - what is awaited is a row another task writes
-            await anyio.sleep(0.05)
 
 
 def content(value: object) -> list[dict[str, str]]:
@@ -128,7 +122,10 @@ async def test_turn_one_is_recorded_and_turn_two_with_another_region_replays_fro
 
                 store = Store(default_path(config.home()))
                 try:
-                    await until(lambda: any(s["state"] == "ready" for s in stats_of(store, None)["scenarios"]))
+                    await until(
+                        lambda: any(s["state"] == "ready" for s in stats_of(store, None)["scenarios"]),
+                        "turn one's scenario ready",
+                    )
 
                     # Turn two: another region, matched by slot and run directly through the proxy.
                     answer = (
@@ -158,7 +155,7 @@ async def test_turn_one_is_recorded_and_turn_two_with_another_region_replays_fro
                     await http.post("/session/stop", json=hook("Stop", transcript, last_assistant_message="done"))
                     await http.post("/session/end", json=hook("SessionEnd", transcript, reason="other"))
 
-                    await until(lambda: stats_of(store, None)["totals"]["replays"] == 1)
+                    await until(lambda: stats_of(store, None)["totals"]["replays"] == 1, "turn two booked")
                     [line] = stats_of(store, None)["scenarios"]
                     assert line["outcomes"] == {"steered_full": 1}
                     assert line["hits"] == 1
