@@ -68,6 +68,10 @@ SPARE_LEAD_FACTOR: Final = 2.0
 EWMA_WEIGHT: Final = 0.2
 # Until a start is measured: about what one takes on a quiet two-core machine.
 FIRST_START_GUESS_S: Final = 0.3
+# After a start failed, the next one waits this long, doubling per failure in a row (at most MAX_RETRY_S):
+# a spare that cannot start is not retried after every job.
+FIRST_RETRY_S: Final = 0.5
+MAX_RETRY_S: Final = 30.0
 _json_decoder = msgspec.json.Decoder(dict[str, Any])
 _json_encoder = msgspec.json.Encoder()
 # Wall states already logged by this process (per engine): a wall that is down is said once, not per worker.
@@ -95,6 +99,7 @@ class _Counters:
     spawn_waits: int = 0
     spawn_wait_us_total: int = 0
     spawn_wait_us_max: int = 0
+    spawn_failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +113,8 @@ class PoolStats:
     times its budget) with no spare ready, and was held; ``most_jobs_per_worker`` the most jobs one
     worker ran; ``spawn_waits`` the jobs that waited while the pool was short of workers because some
     were starting (or held for theirs), and ``spawn_wait_us_total`` / ``spawn_wait_us_max`` how long
-    (goal 0). ``spares`` is the warm spares ready now."""
+    (goal 0); ``spawn_failures`` the starts that failed (after one, the next waits, doubling per failure
+    in a row up to 30 s). ``spares`` is the warm spares ready now."""
 
     jobs: int
     workers_started: int
@@ -127,6 +133,7 @@ class PoolStats:
     spawn_waits: int
     spawn_wait_us_total: int
     spawn_wait_us_max: int
+    spawn_failures: int
     queued: int
     workers_live: int
     refusing: int
@@ -205,7 +212,8 @@ class EvaluatorPool(WorkerEvents):
         self._closed = False
         self._started = False
         self._cwd: str | None = None
-        self._spawn_failures = 0
+        self._spawn_failures = 0  # in a row; reset by a start that succeeds
+        self._retry_start_at = 0.0  # time.monotonic() before which no spare is started (after failures)
         # Starts in flight, each with the worker it is the spare of (None: a worker of its own).
         self._starting: dict[WorkerProcess, WorkerProcess | None] = {}
         self._spare_of: dict[WorkerProcess, WorkerProcess] = {}  # a serving worker -> its spare, starting or ready
@@ -397,6 +405,8 @@ class EvaluatorPool(WorkerEvents):
         except BaseException as exc:
             self._forget_start(worker)
             self._spawn_failures += 1
+            self._counts.spawn_failures += 1
+            self._retry_start_at = time.monotonic() + self._retry_delay_s()
             log_event("evaluator.spawn_failed", error=str(exc)[:500], failures=self._spawn_failures)
             if self._spawn_failures >= MAX_SPAWN_FAILURES and not self._serving_workers():
                 while self._pending:
@@ -462,13 +472,17 @@ class EvaluatorPool(WorkerEvents):
                 return await self._spawn(spare_for)
             except Exception:  # noqa: BLE001 - logged in _spawn; the next need will try again
                 if not self._closed and self._live_count() < self.workers:
-                    self._spawn_soon(min(30.0, 0.5 * 2 ** min(self._spawn_failures, 6)))
+                    self._spawn_soon(self._retry_delay_s())
                 return None
 
         task = asyncio.get_running_loop().create_task(go())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def _retry_delay_s(self) -> float:
+        """How long to wait before the next start, after ``_spawn_failures`` failures in a row."""
+        return min(MAX_RETRY_S, FIRST_RETRY_S * float(2 ** min(max(self._spawn_failures - 1, 0), 6)))
 
     def _ready_workers(self) -> list[WorkerProcess]:
         return [w for w in self._live if w.state == "ready" and not w.retiring and not w.held]
@@ -618,6 +632,8 @@ class EvaluatorPool(WorkerEvents):
         """Start the worker's spare once it has no more jobs left than it will serve while one starts."""
         if worker in self._spare_of or self._closed or worker.retiring:
             return
+        if time.monotonic() < self._retry_start_at:
+            return  # the last start failed: the worker serves on, and a later job tries again
         margin = max(1, worker.job_budget // 10)
         lead = margin
         if self._job_interval_s is not None:

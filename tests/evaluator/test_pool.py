@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import anyio
@@ -460,6 +462,39 @@ async def test_a_held_worker_whose_spare_dies_before_its_handshake_serves_on() -
     assert stats.recycled == 1
     assert stats.holds >= 1
     assert stats.most_jobs_per_worker > 55  # it served on rather than leave the jobs waiting
+    assert _worker_processes(others) == []
+
+
+async def test_a_spare_that_cannot_start_is_retried_after_a_growing_wait_not_after_every_job() -> None:
+    others = _other_pools_workers()
+    failed_at: list[float] = []
+    async with EvaluatorPool(workers=1, max_jobs=20, margin=1.0) as pool:
+        spawn = pool._spawn
+
+        async def watched(
+            spare_for: WorkerProcess | None = None, *, worker: WorkerProcess | None = None
+        ) -> WorkerProcess:
+            try:
+                return await spawn(spare_for, worker=worker)
+            except Exception:
+                failed_at.append(time.monotonic())
+                raise
+
+        pool._spawn = watched  # type: ignore[method-assign]
+        # From here on every start fails: the warm spare takes the first budget over, and the next worker
+        # serves on past its budget while its spares keep failing.
+        pool.engine = "no-such-engine"
+        with anyio.fail_after(60):
+            deadline = time.monotonic() + 2.5
+            while time.monotonic() < deadline:
+                assert await pool.evaluate("paramsLogic", "return {v: params.v}", {"v": 1}) == {"v": 1}
+        stats = pool.stats()
+    # A job every millisecond or so for 2.5 s: retried after each job, that would be dozens of starts.
+    assert 1 <= len(failed_at) <= 4
+    assert stats.spawn_failures == len(failed_at)
+    gaps = [b - a for a, b in itertools.pairwise(failed_at)]
+    for n, gap in enumerate(gaps):
+        assert gap >= 0.5 * 2**n * 0.95  # each wait at least the one before, doubled
     assert _worker_processes(others) == []
 
 
