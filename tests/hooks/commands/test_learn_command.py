@@ -260,3 +260,72 @@ def test_a_learn_past_its_time_budget_stops_says_so_and_the_next_learns_and_calc
     assert runs() == 7
     code, data = learned(capsys, "--project", str(project))
     assert (data["imported"], data["calculated"]) == (0, 0)
+
+
+# A secret bir knows by value (no known form), and a key recognisable by its form.
+TOKEN = "q7Rw2mZk9vLx4NpT8sYd"
+KEY = "ghp_" + "Z3x9Kq2Lw8Vn5Rt7Bm4Pc6Hy1Jd0Fs"
+
+
+def secret_turn(session: str) -> str:
+    """One turn carrying both secrets everywhere a transcript can: the prompt, a call's input, its
+    structured result and its content, a failed call's error, the answer."""
+    usage = {"input_tokens": 900, "output_tokens": 40, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    leaked = f"token {TOKEN} and key {KEY}"
+    rows = [{"type": "text", "text": json.dumps([{"id": "dev-001", "note": leaked}])}]
+    calls = [
+        {"type": "tool_use", "id": "t1", "name": "mcp__fleet__list_devices", "input": {"region": "eu-west-1"}},
+        {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": f"curl -H 'X-Key: {KEY}' {TOKEN}"}},
+    ]
+
+    def said(blocks: list[dict[str, Any]], stop: str, m: int) -> str:
+        message = {"id": f"{session}-m{m}", "model": "claude-sonnet-4-5", "role": "assistant", "content": blocks}
+        record = {"type": "assistant", "timestamp": "2026-11-20T10:00:01Z"}
+        return line({**record, "message": {**message, "stop_reason": stop, "usage": usage}}, session)
+
+    def result(block: dict[str, Any], structured: object) -> str:
+        message = {"role": "user", "content": [block]}
+        return line({"type": "user", "promptId": "p-secret", "message": message, "toolUseResult": structured}, session)
+
+    prompt = {"role": "user", "content": f"list the devices in eu-west-1, {leaked}"}
+    failed = {"type": "tool_result", "tool_use_id": "t2", "is_error": True, "content": f"refused: {leaked}"}
+    return (
+        line({"type": "user", "promptId": "p-secret", "timestamp": "2026-11-20T10:00:00Z", "message": prompt}, session)
+        + said([calls[0]], "tool_use", 1)
+        + result({"type": "tool_result", "tool_use_id": "t1", "content": rows}, rows)
+        + said([calls[1]], "tool_use", 2)
+        + result(failed, f"Error: refused: {leaked}")
+        + said([{"type": "text", "text": f"done, {leaked}"}], "end_turn", 3)
+    )
+
+
+def test_a_learned_transcript_leaves_no_secret_in_the_store_or_the_logs_redacted_as_the_recorder_redacts(
+    project: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BIR_SERVICE", "local")
+    monkeypatch.setenv("BIR_TOKEN", TOKEN)
+    [folder] = (tmp_path / "claude" / "projects").iterdir()
+    (folder / "secret.jsonl").write_text(secret_turn("secret"))
+    assert TOKEN.encode() in (folder / "secret.jsonl").read_bytes()
+
+    code, data = learned(capsys, "--project", str(project))
+    assert (code, data["imported"]) == (0, 2), data
+
+    db = Store(default_path(config.home()))
+    try:
+        [run] = [r for r in db.runs(None) if r.metadata.get("promptId") == "p-secret"]
+        listing, bash = (s.body for s in db.steps(run.id))
+        assert "[REDACTED]" in run.input
+        assert "[REDACTED]" in listing["toolOutput"]
+        assert "[REDACTED]" in bash["error"]
+        assert run.finish is not None
+        assert "[REDACTED]" in run.finish["output"]
+    finally:
+        db.close()
+    # Nowhere under BIR_HOME: the store, its write-ahead log, the logs.
+    written = [p for p in config.home().rglob("*") if p.is_file()]
+    assert any(p.name.endswith(".db") for p in written)
+    for path in written:
+        content = path.read_bytes()
+        assert TOKEN.encode() not in content, path
+        assert KEY.encode() not in content, path
