@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from bir.cli import main
 from bir.core import config
 from bir.hooks.commands.learn import describe
 from bir.hooks.local.store import Store, default_path
+from tests.terminal import BIR, on_a_terminal
 
 ROWS = [{"type": "text", "text": '[{"id": "dev-001", "risk": 3}]'}]
 
@@ -329,3 +331,66 @@ def test_a_learned_transcript_leaves_no_secret_in_the_store_or_the_logs_redacted
         content = path.read_bytes()
         assert TOKEN.encode() not in content, path
         assert KEY.encode() not in content, path
+
+
+# --- on a terminal, and without one ----------------------------------------------------------------
+
+
+def test_on_a_terminal_a_learn_draws_its_progress_line_in_place_and_erases_it_and_a_pipe_gets_none(
+    project: Path,
+) -> None:
+    env = dict(os.environ)
+    code, shown = on_a_terminal(["learn", "--project", str(project)], env, [])
+    assert code == 0, shown
+    assert "\r\x1b[Kbir learn: reading transcripts: 1/1, 1 turns learned" in shown
+    assert "\r\x1b[Kbir learn: calculating scenarios: 1/1" in shown
+    # Erased before the report is printed: the report starts on a clean line.
+    assert "\r\x1b[Kbir learn: 1 transcript of" in shown
+    assert runs() == 1
+
+    # A grown transcript on a pipe: learned the same, and not a byte of a progress line.
+    sessions(project, project.parent / "claude", 1, 2)
+    piped = subprocess.run(
+        [BIR, "learn", "--project", str(project)], capture_output=True, text=True, env=env, check=False
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert "learned 2 as recorded runs" in piped.stdout
+    assert (piped.stderr, "\r" in piped.stdout, "\x1b" in piped.stdout) == ("", False, False)
+    assert runs() == 3
+
+
+def test_on_a_terminal_install_offers_to_learn_the_past_sessions_and_learns_only_on_yes(
+    project: Path,
+) -> None:
+    env = dict(os.environ)
+    question = (
+        "Claude Code has 1 past session of this project. Learn from it now, so its tasks can be replayed "
+        "(bir learn)? [y/N]"
+    )
+    code, shown = on_a_terminal(["install", "--project", str(project)], env, ["n"])
+    assert code == 0, shown
+    assert question in shown
+    assert "Not now: bir learn does it whenever you like." in shown
+    assert runs() == 0
+
+    code, shown = on_a_terminal(["install", "--project", str(project)], env, ["y"])
+    assert code == 0, shown
+    assert question in shown
+    assert "bir learn: 1 transcript of" in shown
+    assert "learned 1 as recorded runs" in shown
+    assert runs() == 1
+
+    # Without a terminal nothing is asked and nothing more is learned, also when there is more to learn.
+    sessions(project, project.parent / "claude", 1, 2)
+    piped = subprocess.run(
+        [BIR, "install", "--project", str(project)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert "[y/N]" not in piped.stdout + piped.stderr
+    assert "bir learn:" not in piped.stdout + piped.stderr
+    assert runs() == 1
