@@ -270,8 +270,8 @@ _VARS: tuple[Variable, ...] = (
         "BIR_LOCAL_MODEL_MAX_USD",
         "float",
         0.02,
-        "Most one model-pass call of the local service may cost, in dollars (a calculation or a match "
-        "confirmation; only with BIR_DERIVE_API_KEY); 0 leaves it uncapped.",
+        "Most the model-pass calls of the local service for one run may cost together, in dollars (its "
+        "match confirmation and its calculation; only with BIR_DERIVE_API_KEY); 0 leaves them uncapped.",
         ceiling=1.0,
         floor=0.0,
     ),

@@ -188,9 +188,10 @@ def offer(project: Path, *, forced: bool, as_json: bool) -> dict[str, object] | 
         if not forced:
             if as_json or not sessions or not (_is_tty(sys.stdin) and _is_tty(sys.stdout)):
                 return None
+            them, their = ("it", "its") if sessions == 1 else ("them", "their")
             sys.stdout.write(
-                f"Claude Code has {sessions} past sessions of this project. Learn from them now, so their tasks "
-                "can be replayed (bir learn)? [y/N] "
+                f"Claude Code has {_n(sessions, 'past session')} of this project. Learn from {them} now, so "
+                f"{their} tasks can be replayed (bir learn)? [y/N] "
             )
             sys.stdout.flush()
             if sys.stdin.readline().strip().lower() not in ("y", "yes"):

@@ -134,7 +134,9 @@ def _prose(text: str) -> bool:
     return len(text) >= _PROSE_MIN_CHARS and len(words) >= _PROSE_MIN_WORDS and letters >= 0.6 * len(text)
 
 
-def _model_written(step: Recorded, prompt: str) -> str | None:
+def model_written(step: Recorded, prompt: str) -> str | None:
+    """Why ``step`` carries content the model wrote (a file it wrote, a message, prose the prompt does not
+    hold), or None: such a step is never replayed, whoever calculates the scenario."""
     if step.tool in WRITE_TOOLS:
         return f"it carries content the model wrote ({step.tool})"
     if step.tool in ("Bash", "PowerShell") and isinstance(step.input, dict):
@@ -183,7 +185,7 @@ def sort_steps(
         elif step.tool in SUBAGENT_TOOLS:
             why = "it hands the work to a subagent, with a prompt the model wrote"
         else:
-            why = _failed(step) or _model_written(step, prompt)
+            why = _failed(step) or model_written(step, prompt)
         lookup = step.tool in LOOKUP_TOOLS or is_mcp(step.tool)
         if why is None and lookup and _empty(step) and any(later.tool == step.tool for later in steps[i + 1 :]):
             why = "it found nothing and the same tool was tried again (exploration)"

@@ -16,8 +16,9 @@ with no tool call, a turn still being written. Each is counted with its reason.
 Incremental and bounded: a transcript's read offset is stored with the runs it gave, in one transaction,
 so an interrupted learn resumes where it stopped and nothing is imported twice; a grown transcript is
 read from its offset, a shortened or replaced one again from the start (run ids are derived from the
-session and prompt ids, so re-reading adds nothing). One learn reads at most ``MAX_TOTAL_BYTES`` and stops
-starting new work after its time budget; what it did not reach, the next one does.
+session and prompt ids, so re-reading adds nothing). One learn reads at most ``MAX_TOTAL_BYTES`` (a read
+is cut at what is left of it) and stops starting new work after its time budget; either way its report
+says ``stopped`` with which, and what it did not reach, the next one does.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ _FOLDER_NAME_MAX: Final = 200
 _NOT_ALNUM: Final = re.compile(r"[^A-Za-z0-9]")
 
 Progress = Callable[[str], None]
+Clock = Callable[[], float]
 
 
 def claude_config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -272,11 +274,13 @@ class _Chunk:
     read: int
 
 
-def _read_chunk(path: Path, offset: int) -> _Chunk:
-    """Raises: OSError."""
+def _read_chunk(path: Path, offset: int, left: int) -> _Chunk:
+    """At most ``left`` bytes of ``path`` from ``offset``.
+
+    Raises: OSError."""
     st = path.stat()
     start = 0 if st.st_size < offset else offset
-    length = min(st.st_size - start, MAX_CHUNK_BYTES)
+    length = min(st.st_size - start, MAX_CHUNK_BYTES, max(left, 0))
     with path.open("rb") as handle:
         handle.seek(start)
         data = handle.read(length)
@@ -316,6 +320,7 @@ def _learn_file(
     report: LearnReport,
     deadline: float,
     budget_bytes: list[int],
+    clock: Clock,
 ) -> list[str]:
     """Import what ``path`` holds past its offset; returns the ids of the runs added (blocking)."""
     done = None if dry else store.transcript_read(str(path))
@@ -332,9 +337,13 @@ def _learn_file(
     subagents: dict[str, dict[str, tuple[str, dict[str, int]]]] | None = None
     # Once --since passed a turn over, this transcript keeps its offset for this learn: a later one may want it.
     passed_over = False
-    while time.monotonic() < deadline and budget_bytes[0] > 0:
+    while True:
+        if clock() >= deadline or budget_bytes[0] <= 0:
+            # Stopped inside this transcript: the report says so even when it is the last one.
+            report.stopped = report.stopped or ("time" if clock() >= deadline else "size")
+            break
         try:
-            chunk = _read_chunk(path, offset)
+            chunk = _read_chunk(path, offset, budget_bytes[0])
         except OSError as exc:
             report.skip("transcript unreadable")
             log_event("learn.transcript_unreadable", path=str(path), error=str(exc)[:300])
@@ -342,7 +351,9 @@ def _learn_file(
         budget_bytes[0] -= chunk.read
         report.bytes_read += chunk.read
         reading = chunk.reading
-        report.skip("still being written", reading.incomplete)
+        if chunk.at_eof:
+            # A turn a read cut short (a chunk's end, the size budget) is read whole by the next read.
+            report.skip("still being written", reading.incomplete)
         if reading.unreadable_lines:
             report.skip("lines that could not be read", reading.unreadable_lines)
         runs: list[ImportedRun] = []
@@ -367,7 +378,12 @@ def _learn_file(
             moved = (done[0] if done is not None else 0) if passed_over else reading.resume_at
             added += store.import_runs(runs, transcript=str(path), project=project, read_bytes=moved, mtime=chunk.mtime)
             report.imported += len(runs)
-        if chunk.at_eof or reading.resume_at <= offset:
+        if chunk.at_eof:
+            break
+        if reading.resume_at <= offset:
+            # No whole turn in what the size budget left: the next learn reads on from here.
+            if budget_bytes[0] <= 0:
+                report.stopped = report.stopped or "size"
             break
         offset = reading.resume_at
     return added
@@ -379,17 +395,21 @@ async def learn(
     *,
     since: float | None = None,
     dry: bool = False,
-    budget_s: float = DEFAULT_BUDGET_S,
+    budget_s: float | None = None,
+    budget_bytes: int | None = None,
     progress: Progress | None = None,
     env: Mapping[str, str] | None = None,
+    clock: Clock = time.monotonic,
 ) -> LearnReport:
-    """Learn ``project``'s past turns into ``service``'s store and calculate their scenarios.
+    """Learn ``project``'s past turns into ``service``'s store and calculate their scenarios, within
+    ``budget_s`` seconds by ``clock`` (``DEFAULT_BUDGET_S``) and ``budget_bytes`` of transcript read
+    (``MAX_TOTAL_BYTES``).
 
     Raises:
         StoreError: the store cannot be written.
     """
-    began = time.monotonic()
-    deadline = began + budget_s
+    began = clock()
+    deadline = began + (DEFAULT_BUDGET_S if budget_s is None else budget_s)
     key = service.project or str(project)
     folder = transcript_folder(project, env)
     report = LearnReport(project=key, folder=None if folder is None else str(folder), dry=dry)
@@ -397,10 +417,9 @@ async def learn(
     files = transcripts_in(folder) if folder is not None else []
     report.transcripts = len(files)
     known = await to_thread.run_sync(lambda: store.prompt_keys(key))
-    budget_bytes = [MAX_TOTAL_BYTES]
+    left = [MAX_TOTAL_BYTES if budget_bytes is None else budget_bytes]
     for n, path in enumerate(files, 1):
-        if time.monotonic() >= deadline or budget_bytes[0] <= 0:
-            report.stopped = "time" if time.monotonic() >= deadline else "size"
+        if report.stopped is not None:
             break
         await to_thread.run_sync(
             lambda path=path: _learn_file(  # type: ignore[misc]
@@ -412,26 +431,33 @@ async def learn(
                 dry=dry,
                 report=report,
                 deadline=deadline,
-                budget_bytes=budget_bytes,
+                budget_bytes=left,
+                clock=clock,
             )
         )
         if progress is not None:
             progress(f"reading transcripts: {n}/{len(files)}, {report.imported} turns learned")
     if not dry:
-        await _calculate_pending(service, key, report, deadline, progress)
-    report.seconds = time.monotonic() - began
+        await _calculate_pending(service, key, report, deadline=deadline, progress=progress, clock=clock)
+    report.seconds = clock() - began
     log_event("learn.done", **{k: v for k, v in report.wire().items() if k not in ("skipped", "notReady")})
     return report
 
 
 async def _calculate_pending(
-    service: LocalService, project: str, report: LearnReport, deadline: float, progress: Progress | None
+    service: LocalService,
+    project: str,
+    report: LearnReport,
+    *,
+    deadline: float,
+    progress: Progress | None,
+    clock: Clock,
 ) -> None:
     store = service.store
     pending: Sequence[str] = await to_thread.run_sync(lambda: store.uncalculated_runs(project))
     touched: set[str] = set()
     for n, run_id in enumerate(pending, 1):
-        if time.monotonic() >= deadline:
+        if clock() >= deadline:
             report.stopped = report.stopped or "time"
             break
         settled = await service.settle_run(run_id)

@@ -2,8 +2,11 @@
 see, only with ``BIR_DERIVE_API_KEY`` (or ``ANTHROPIC_API_KEY`` with ``BIR_USE_ANTHROPIC_API_KEY=1``).
 
 Two calls, each forced tool use with a typed answer (``tool_choice`` names the one tool; the
-``tool_use`` block's ``input`` is read with msgspec), each capped in cost, logged (``local.model_call``)
-and counted in the store (``bir stats``):
+``tool_use`` block's ``input`` is read with msgspec), logged (``local.model_call``) and counted in the
+store (``bir stats``), and capped in cost per run: every call the pass makes for one run (a confirmation
+at its match, a calculation at its finish) is counted against ``BIR_LOCAL_MODEL_MAX_USD`` together, at
+its answer's real usage (``model_spend``), and a call whose estimate would pass what is left is not made
+(its output tokens are what the rest leaves after the estimated input):
 
 - **calculate** a run the inference left not ready: the model names and describes the parameters (their
   text in the prompt), keeps or prunes each step (exploration, content it wrote), and writes each kept
@@ -21,6 +24,7 @@ What leaves the machine is redacted (the recorder's redaction) and bounded.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +43,7 @@ from bir.core.service import ServiceError, decode_json, send_bounded, status_err
 from bir.core.truncate import cut_counted
 from bir.hooks.local import bodies, match, selfcheck, slots
 from bir.hooks.local import words as lexicon
-from bir.hooks.local.calculate import CALC_VERSION, recorded_steps
+from bir.hooks.local.calculate import CALC_VERSION, model_written, recorded_steps
 from bir.hooks.local.store import ScenarioRow
 
 if TYPE_CHECKING:
@@ -54,6 +58,12 @@ CONFIRM_TIMEOUT_S: Final = 1.2
 # The nearest scenario is worth a confirmation only this close (the new prompt against the masked template,
 # whose parameters read as their names: a paraphrase of the same task scores 0.55-0.7 on the corpus).
 CONFIRM_MIN_COSINE: Final = 0.5
+# The input estimate errs high: JSON and code run nearer three characters a token than four, and a forced
+# tool adds the API's tool-use system prompt (235-340 tokens on the models the pricing page lists).
+CHARS_PER_TOKEN: Final = 3
+TOOL_PROMPT_TOKENS: Final = 400
+# A call left fewer output tokens than this could not write an answer: it is not made.
+MIN_OUTPUT_TOKENS: Final = 64
 CALCULATE_TOOL: Final = "propose_calculation"
 CONFIRM_TOOL: Final = "same_task"
 
@@ -188,24 +198,39 @@ class Called:
     cost_usd: float
     problem: str | None = None
     made: bool = True
+    # Sent, but what it cost is not known (no answer came, or one without usage): counted at its estimate.
+    cost_unknown: bool = False
 
 
-def _max_tokens(model: Model, prompt_chars: int, ceiling: int) -> int | None:
-    """The output tokens the cap leaves after the prompt's (about four characters a token); None: the cap
-    does not even cover the prompt."""
+def input_tokens(request: Mapping[str, Any]) -> int:
+    """The input tokens ``request`` is estimated at, erring high."""
+    return -(-len(json.dumps(request, ensure_ascii=False)) // CHARS_PER_TOKEN) + TOOL_PROMPT_TOKENS
+
+
+def _max_tokens(model: Model, tokens_in: int, ceiling: int, spent_usd: float) -> int | None:
+    """The output tokens the run's cap leaves after what it spent and this call's input; None: not even
+    the input is covered. Uncapped (``max_usd`` 0, or a model with no price): ``ceiling``."""
     price = price_of(model.model)
     if price is None or model.max_usd <= 0:
         return ceiling
-    spent = prompt_chars / 4 * price.input_per_mtok / 1_000_000
-    left = model.max_usd - spent
+    left = model.max_usd - spent_usd - tokens_in * price.input_per_mtok / 1_000_000
     if left <= 0:
         return None
     return max(0, min(ceiling, int(left / (price.output_per_mtok / 1_000_000))))
 
 
+def _estimate_usd(model: Model, tokens_in: int, tokens_out: int) -> float:
+    price = price_of(model.model)
+    if price is None:
+        return 0.0
+    return (tokens_in * price.input_per_mtok + tokens_out * price.output_per_mtok) / 1_000_000
+
+
 async def call_tool(
+    service: LocalService,
     model: Model,
     *,
+    run_id: str,
     tool: str,
     description: str,
     schema: Mapping[str, Any],
@@ -213,17 +238,39 @@ async def call_tool(
     max_tokens: int,
     timeout_s: float,
 ) -> Called:
-    """One forced tool-use call; never raises."""
-    budget = _max_tokens(model, len(prompt), max_tokens)
-    if budget is None or budget < 64:
-        return Called(None, 0.0, "the cost cap (BIR_LOCAL_MODEL_MAX_USD) does not cover this call", made=False)
-    request = {
+    """One forced tool-use call for ``run_id``, within what its cost cap has left, counted in the store
+    before it is made (at its estimate) and settled at its real cost; never raises but for the store.
+
+    Raises:
+        StoreError: the store cannot count it (then no call is made).
+    """
+    store = service.store
+    request: dict[str, Any] = {
         "model": model.model,
-        "max_tokens": budget,
+        "max_tokens": max_tokens,
         "tools": [{"name": tool, "description": description, "input_schema": dict(schema)}],
         "tool_choice": {"type": "tool", "name": tool, "disable_parallel_tool_use": True},
         "messages": [{"role": "user", "content": prompt}],
     }
+    tokens_in = input_tokens(request)
+    spent = await to_thread.run_sync(lambda: store.model_spent(run_id))
+    budget = _max_tokens(model, tokens_in, max_tokens, spent)
+    if budget is None or budget < MIN_OUTPUT_TOKENS:
+        why = f"what is left of this run's cost cap (BIR_LOCAL_MODEL_MAX_USD, ${spent:.4f} spent) does not cover it"
+        return Called(None, 0.0, why, made=False)
+    request["max_tokens"] = budget
+    estimate = _estimate_usd(model, tokens_in, budget)
+    held = await to_thread.run_sync(lambda: store.reserve_model_call(run_id, estimate))
+    # Cancelled meanwhile (a match's bound), the call stays counted at its estimate.
+    called = await _send(model, tool, request, timeout_s)
+    if called.cost_unknown:
+        called = dataclasses.replace(called, cost_usd=held / 1_000_000)
+    await to_thread.run_sync(lambda: store.settle_model_call(run_id, held, called.cost_usd))
+    return called
+
+
+async def _send(model: Model, tool: str, request: Mapping[str, Any], timeout_s: float) -> Called:
+    """The request sent and its answer read; never raises."""
     headers = {"x-api-key": model.api_key, "anthropic-version": ANTHROPIC_VERSION, "content-type": "application/json"}
     try:
         async with httpx.AsyncClient(trust_env=False) as http:
@@ -234,17 +281,24 @@ async def call_tool(
                 route="model_pass",
                 timeout_s=timeout_s,
                 headers=headers,
-                json_body=request,
+                json_body=dict(request),
                 max_bytes=MAX_REPLY_BYTES,
             )
-        if status != 200:
-            raise status_error("model_pass", status, raw)
+    except ServiceError as exc:
+        # A timeout or a lost connection: the API may have done the work all the same.
+        return Called(None, 0.0, str(exc)[:300], cost_unknown=True)
+    if status != 200:
+        # Refused (a 4xx, an overload): the API bills no tokens for it.
+        return Called(None, 0.0, str(status_error("model_pass", status, raw))[:300])
+    try:
         data = decode_json("model_pass", raw, status=status)
     except ServiceError as exc:
-        return Called(None, 0.0, str(exc)[:300])
+        return Called(None, 0.0, str(exc)[:300], cost_unknown=True)
     usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return Called(None, 0.0, "the reply carried no usage", cost_unknown=True)
     # The call was made: its tokens are spent whether or not the answer is usable.
-    cost = cost_usd(model.model, usage) if isinstance(usage, dict) else 0.0
+    cost = cost_usd(model.model, usage)
     content = data.get("content") if isinstance(data, dict) else None
     for block in content if isinstance(content, list) else []:
         if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") == tool:
@@ -254,10 +308,15 @@ async def call_tool(
     return Called(None, cost, "the reply did not call the tool")
 
 
-async def _count(service: LocalService, purpose: str, called: Called, **fields: Any) -> None:
-    if called.made:
-        await to_thread.run_sync(lambda: service.store.add_model_call(called.cost_usd))
-    log_event("local.model_call", purpose=purpose, cost_usd=round(called.cost_usd, 6), problem=called.problem, **fields)
+def _logged(purpose: str, called: Called, **fields: Any) -> None:
+    log_event(
+        "local.model_call",
+        purpose=purpose,
+        made=called.made,
+        cost_usd=round(called.cost_usd, 6),
+        problem=called.problem,
+        **fields,
+    )
 
 
 # --- calculate -------------------------------------------------------------------------------------
@@ -361,15 +420,20 @@ def _changed(value: Any) -> Any:
 
 
 async def check(
-    pool: Any, scenario: dict[str, Any], steps: Sequence[Any]
+    pool: Any, scenario: dict[str, Any], steps: Sequence[Any], prompt: str
 ) -> tuple[list[dict[str, Any]] | None, str | None]:
-    """The self-check of a model-written scenario: the samples its dry run saw, or why it fails — it must
-    rebuild every recorded input, and every parameter must move some input when it changes.
+    """The self-check of a model-written scenario: the samples its dry run saw, or why it fails — it keeps
+    no step the calculator leaves out as content the model wrote, it must rebuild every recorded input,
+    and every parameter must move some input when it changes.
 
     Raises:
         LogicError: the sandbox could not run it at all.
     """
     by_index = {s.index: s for s in steps}
+    for step in scenario["steps"]:
+        written = model_written(by_index[step["sourceStepIndex"]], prompt)
+        if written is not None:
+            return None, f"it keeps step {step['sourceStepIndex']} ({step['toolName']}), which it may not: {written}"
     outputs = [by_index[s["sourceStepIndex"]].output for s in scenario["steps"]]
     wanted = [by_index[s["sourceStepIndex"]].input for s in scenario["steps"]]
     params = match.samples_of(scenario)
@@ -398,7 +462,9 @@ async def calculate(service: LocalService, model: Model, scenario: ScenarioRow) 
     rows = await to_thread.run_sync(lambda: store.steps(run.id))
     steps = recorded_steps([s.body for s in rows])
     called = await call_tool(
+        service,
         model,
+        run_id=run.id,
         tool=CALCULATE_TOOL,
         description="Record the replayable scenario of the recorded calls.",
         schema=_CALCULATE_SCHEMA,
@@ -406,7 +472,7 @@ async def calculate(service: LocalService, model: Model, scenario: ScenarioRow) 
         max_tokens=4_096,
         timeout_s=CALCULATE_TIMEOUT_S,
     )
-    await _count(service, "calculate", called, scenario_id=scenario.id)
+    _logged("calculate", called, scenario_id=scenario.id, run_id=run.id)
     if called.answer is None:
         return await _refused(service, scenario, f"the model gave no calculation: {called.problem}", called)
     try:
@@ -419,7 +485,7 @@ async def calculate(service: LocalService, model: Model, scenario: ScenarioRow) 
         why = "the model's parameters are not in the prompt, or it kept no step"
         return await _refused(service, scenario, why, called)
     try:
-        samples, problem = await check(await service.pool(), body, steps)
+        samples, problem = await check(await service.pool(), body, steps, run.input)
     except Exception as exc:  # noqa: BLE001 - a body the sandbox cannot even read is a failed check
         samples, problem = None, f"the model's bodies could not be run: {exc}"[:300]
     if problem is not None or samples is None:
@@ -428,6 +494,12 @@ async def calculate(service: LocalService, model: Model, scenario: ScenarioRow) 
         step["sample"] = sample
     body["state"] = "ready"
     body["calculation"]["modelCostUsd"] = round(called.cost_usd, 6)
+    # Embedded as the calculator's ready scenarios are, so the embedding rule and a confirmation find it.
+    vector: bytes | None = None
+    if service.embedder.ready:
+        masked = match.masked_template(template, match.samples_of(body))
+        embedded = await to_thread.run_sync(lambda: service.embedder.embed(masked))
+        vector = None if embedded is None else embedded.tobytes()
     row = await to_thread.run_sync(
         lambda: store.put_scenario(
             scenario.id,
@@ -438,6 +510,7 @@ async def calculate(service: LocalService, model: Model, scenario: ScenarioRow) 
             body=body,
             template=template,
             normalized=slots.normalized(run.input),
+            embedding=vector,
             calc_version=CALC_VERSION,
             bump_revision=True,
             now=service.clock(),
@@ -497,9 +570,11 @@ def confirm_prompt(prompt: str, cand: match.Candidate, intent: str, specs: Mappi
     return "\n".join(lines)
 
 
-async def confirm(service: LocalService, model: Model, prompt: str, project: str | None) -> match.Hit | None:
-    """One model call for a prompt the cascade missed; a hit when the model says it is the nearest scenario's
-    task and every value is the request's own and fits its slot."""
+async def confirm(
+    service: LocalService, model: Model, prompt: str, project: str | None, *, run_id: str
+) -> match.Hit | None:
+    """One model call for ``run_id``'s prompt, which the cascade missed; a hit when the model says it is the
+    nearest scenario's task and every value is the request's own and fits its slot."""
     found = await to_thread.run_sync(lambda: nearest(service, prompt, project))
     if found is None:
         return None
@@ -509,7 +584,9 @@ async def confirm(service: LocalService, model: Model, prompt: str, project: str
         return None
     specs = row.body.get("paramsObject") or {}
     called = await call_tool(
+        service,
         model,
+        run_id=run_id,
         tool=CONFIRM_TOOL,
         description="Say whether the request is the saved task, and its values.",
         schema=_CONFIRM_SCHEMA,
@@ -517,7 +594,7 @@ async def confirm(service: LocalService, model: Model, prompt: str, project: str
         max_tokens=512,
         timeout_s=CONFIRM_TIMEOUT_S,
     )
-    await _count(service, "confirm", called, scenario_id=cand.scenario_id, cosine=round(score, 4))
+    _logged("confirm", called, scenario_id=cand.scenario_id, run_id=run_id, cosine=round(score, 4))
     if called.answer is None:
         return None
     try:

@@ -260,7 +260,7 @@ class LocalService:
         try:
             found = await self._thread(lambda: self.find(prompt, project))
             if isinstance(found, match.Miss) and self.model is not None:
-                found = await self._confirm(prompt, project) or found
+                found = await self._confirm(prompt, project, run_id) or found
             if isinstance(found, match.Hit):
                 hit = found
                 return 200, await self._thread(
@@ -281,12 +281,13 @@ class LocalService:
             return _store_error(exc)
         return 201, {"id": run_id, "matched": None}
 
-    async def _confirm(self, prompt: str, project: str) -> match.Hit | None:
+    async def _confirm(self, prompt: str, project: str, run_id: str) -> match.Hit | None:
         """A paraphrase the cascade missed, confirmed (or not) by one model call within its bound."""
         assert self.model is not None
         model = self.model
+        scope = None if self.scope == "user" else project
         with anyio.move_on_after(model_pass.CONFIRM_TIMEOUT_S + 0.3):
-            return await model_pass.confirm(self, model, prompt, None if self.scope == "user" else project)
+            return await model_pass.confirm(self, model, prompt, scope, run_id=run_id)
         return None
 
     def _hit(

@@ -7,7 +7,8 @@ processes opening an old store at once migrate it once (the second finds the ver
 
 The tables hold what issue 19 builds on as well: a run knows where it came from (``origin``: a live
 session, or an imported transcript), a scenario may rest on several runs (``scenario_runs``), an edit
-may be a calculation's (``kind``), and ``transcript_imports`` remembers how far each transcript was read.
+may be a calculation's (``kind``), and ``transcript_imports`` remembers how far each transcript was read;
+``model_spend`` (version 2) what the model pass spent per run, which its cost cap is counted against.
 """
 
 from __future__ import annotations
@@ -131,8 +132,26 @@ _V1: Final = (
     """,
 )
 
+# What the model pass spent for each run, in micro-dollars: a call's estimate while it is in flight, its
+# answer's real cost once settled (a process that dies mid-call leaves the estimate, an upper bound). Not a
+# reference to runs: a match-time call is made before its run is created; a deleted run takes its row along.
+_V2: Final = (
+    """
+    CREATE TABLE model_spend (
+        run_id TEXT PRIMARY KEY,
+        micro_usd INTEGER NOT NULL
+    )
+    """,
+    """
+    CREATE TRIGGER model_spend_of_a_deleted_run AFTER DELETE ON runs
+    BEGIN
+        DELETE FROM model_spend WHERE run_id = old.id;
+    END
+    """,
+)
+
 # (version, statements), oldest first; the store's user_version is the last version applied.
-MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = ((1, _V1),)
+MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = ((1, _V1), (2, _V2))
 CURRENT_VERSION: Final = MIGRATIONS[-1][0]
 
 

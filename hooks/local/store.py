@@ -843,16 +843,37 @@ class Store:
         row = self._read(lambda c: c.execute("SELECT 1 FROM scenario_runs WHERE run_id = ?", (run_id,)).fetchone())
         return row is not None
 
-    def add_model_call(self, cost_usd: float) -> None:
-        """Count one model-pass call and what it cost (kept in ``meta`` as micro-dollars)."""
-        micro = max(0, round(cost_usd * 1_000_000))
+    @staticmethod
+    def _spend(conn: sqlite3.Connection, run_id: str, *, calls: int, micro: int) -> None:
+        for key, by in (("model_calls", calls), ("model_micro_usd", micro)):
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, 0)", (key,))
+            conn.execute("UPDATE meta SET value = value + ? WHERE key = ?", (by, key))
+        conn.execute(
+            "INSERT INTO model_spend (run_id, micro_usd) VALUES (?, ?) "
+            "ON CONFLICT (run_id) DO UPDATE SET micro_usd = micro_usd + excluded.micro_usd",
+            (run_id, micro),
+        )
 
-        def write(conn: sqlite3.Connection) -> None:
-            for key, by in (("model_calls", 1), ("model_micro_usd", micro)):
-                conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, 0)", (key,))
-                conn.execute("UPDATE meta SET value = value + ? WHERE key = ?", (by, key))
+    def reserve_model_call(self, run_id: str, estimate_usd: float) -> int:
+        """Count one model-pass call for ``run_id`` at its estimate, before it is made (kept in ``meta``
+        and ``model_spend`` as micro-dollars); ``settle_model_call`` replaces the estimate by the real
+        cost. A process that dies in between leaves the estimate counted. Returns the micro-dollars held."""
+        micro = max(0, round(estimate_usd * 1_000_000))
+        self._write(lambda conn: self._spend(conn, run_id, calls=1, micro=micro))
+        return micro
 
-        self._write(write)
+    def settle_model_call(self, run_id: str, held_micro: int, cost_usd: float) -> None:
+        """The real cost of a call ``reserve_model_call`` counted at ``held_micro``: the difference is
+        added (or taken back), so the call is counted once, at what it cost."""
+        delta = max(0, round(cost_usd * 1_000_000)) - held_micro
+        self._write(lambda conn: self._spend(conn, run_id, calls=0, micro=delta))
+
+    def model_spent(self, run_id: str) -> float:
+        """What the model pass spent for ``run_id`` so far, in dollars (calls in flight at their estimate)."""
+        row = self._read(
+            lambda c: c.execute("SELECT micro_usd FROM model_spend WHERE run_id = ?", (run_id,)).fetchone()
+        )
+        return 0.0 if row is None else int(row[0]) / 1_000_000
 
     def model_calls(self) -> tuple[int, float]:
         """How many model-pass calls were made, and their cost in dollars."""

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bir.core import installed
+from tests.terminal import BIR, on_a_terminal
 
-BIR = str(Path(sys.executable).parent / "bir")
 FLEET = {"command": "python", "args": ["-m", "fleet"]}
 WEB = {"type": "http", "url": "https://example.invalid/mcp"}
 
@@ -123,40 +119,10 @@ def test_approve_takes_names_and_refuses_one_bir_cannot_approve(env: dict[str, s
     assert "--yes or --approve, not both" in both.stderr
 
 
-def _on_a_terminal(args: list[str], env: dict[str, str], answers: list[str]) -> tuple[int, str]:
-    """Run ``bir`` with a pseudo-terminal as its stdin and stdout, answering each question in turn."""
-    leader, follower = pty.openpty()
-    process = subprocess.Popen([BIR, *args], stdin=follower, stdout=follower, stderr=follower, env=env)
-    os.close(follower)
-    seen = b""
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 0.5)
-            if ready:
-                try:
-                    chunk = os.read(leader, 4096)
-                except OSError:
-                    break  # the command closed the terminal: it is done
-                if not chunk:
-                    break
-                seen += chunk
-                if seen.rstrip().endswith(b"[y/N]") and answers:
-                    os.write(leader, (answers.pop(0) + "\n").encode())
-            elif process.poll() is not None:
-                break
-        code = process.wait(30)
-    finally:
-        os.close(leader)
-        if process.poll() is None:
-            process.kill()
-    return code, seen.decode("utf-8", "replace").replace("\r\n", "\n")
-
-
 def test_on_a_terminal_install_asks_about_each_unapproved_server_showing_its_command_line(
     env: dict[str, str], project: Path
 ) -> None:
-    code, shown = _on_a_terminal(["install", "--replay", "--project", str(project)], env, ["y", "n"])
+    code, shown = on_a_terminal(["install", "--replay", "--project", str(project)], env, ["y", "n"])
 
     assert code == 0, shown
     assert "2 .mcp.json servers of this project are not approved in Claude Code yet" in shown

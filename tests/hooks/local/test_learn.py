@@ -29,7 +29,8 @@ from bir.cli import main
 from bir.core import config
 from bir.core.tool_output import step_output_text
 from bir.examples.fleet_server import list_devices_in
-from bir.hooks.local.store import Store, default_path
+from bir.hooks.local.learn import folder_name
+from bir.hooks.local.store import Store, StoreError, default_path
 from tests.claude_host import ClaudeSession, claude_home, write_project
 from tests.peers import INSTALLING_TEST_TIMEOUT_S, claude_code
 from tests.polling import wait_for
@@ -235,6 +236,18 @@ def test_real_sessions_are_learned_as_runs_in_the_recorders_shapes_and_a_grown_o
         db.close()
 
 
+def _runs_in(path: Path) -> int:
+    """How many runs the store at ``path`` holds, read by another connection (0 while it cannot be read)."""
+    try:
+        probe = Store(path)
+    except StoreError:  # a store the learn is still creating reads as empty
+        return 0
+    try:
+        return probe.counts()["runs"]
+    finally:
+        probe.close()
+
+
 def wait_for_ended_turns(transcript: Path, count: int, timeout_s: float = 30.0) -> None:
     """Wait until ``transcript`` holds ``count`` main-chain messages that ended their turn."""
 
@@ -346,7 +359,20 @@ def test_two_hundred_past_turns_are_learned_resumably_after_a_kill_and_none_twic
         assert not failures, failures
     generated = time.monotonic() - began
 
-    # A learn killed as it imports leaves a store that the next learn completes, nothing twice.
+    # A learn killed as it imports leaves a store that the next learn completes, nothing twice. The kill lands
+    # between two transcripts' commits for sure: a transcript that cannot be read yet (a named pipe nobody
+    # writes, its open blocks) sits in the middle of the history, so the learn commits the transcripts older
+    # than it and waits there.
+    folder = claude_home(root) / ".claude" / "projects" / folder_name(project)
+    written = sorted((p.stat().st_mtime_ns, p) for p in folder.glob("*.jsonl"))
+    assert len(written) == SESSIONS
+    # Between two transcripts' modification times, far enough apart to differ as the float seconds learn sorts by.
+    older = next(i for i in range(SESSIONS // 2, SESSIONS) if written[i][0] - written[i - 1][0] > 10_000)
+    between = (written[older - 1][0] + written[older][0]) // 2
+    blocker = folder / "00000000-0000-4000-8000-00000000fifo.jsonl"
+    os.mkfifo(blocker)
+    os.utime(blocker, ns=(between, between))
+    expected_before_kill = older * (TURNS // SESSIONS)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     killed = subprocess.Popen(
         [str(BIN / "bir"), "learn", "--project", str(project), "--json"],
@@ -356,20 +382,18 @@ def test_two_hundred_past_turns_are_learned_resumably_after_a_kill_and_none_twic
         start_new_session=True,
     )
     path = default_path(config.home())
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and killed.poll() is None:
-        if path.exists():
-            with contextlib.suppress(Exception):
-                probe = Store(path)
-                try:
-                    if probe.counts()["runs"] > 0:
-                        break
-                finally:
-                    probe.close()
-        time.sleep(0.02)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(killed.pid, signal.SIGKILL)
+    wait_for(
+        lambda: killed.poll() is not None or (path.exists() and _runs_in(path) >= expected_before_kill),
+        120,
+        f"the first learn's commit of {expected_before_kill} runs",
+    )
+    assert killed.poll() is None, "the first learn ended before it was killed"
+    os.killpg(killed.pid, signal.SIGKILL)
     killed.wait(30)
+    blocker.unlink()
+    imported_before_kill = _runs_in(path)
+    assert imported_before_kill == expected_before_kill
+    assert 0 < imported_before_kill < TURNS
 
     began = time.monotonic()
     report = learn_json(project)
@@ -383,6 +407,7 @@ def test_two_hundred_past_turns_are_learned_resumably_after_a_kill_and_none_twic
     db = store()
     try:
         runs = db.runs(None, limit=10_000)
+        assert report["imported"] == TURNS - imported_before_kill
         assert len(runs) == TURNS
         assert len({(r.metadata["sessionId"], r.metadata["promptId"]) for r in runs}) == TURNS
         assert db.uncalculated_runs(str(project)) == []

@@ -11,13 +11,16 @@ three, for API, is replayed whole.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from bir.benchmarks.scripted_host import ScriptedHost
+from bir.cli import main
 from bir.examples.tracker_server import search_issues
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +51,7 @@ def top(project: str) -> str:
 
 
 async def test_a_replay_that_handed_over_and_that_the_model_finished_its_own_way_repairs_the_scenario(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("BIR_AUTH_URL", raising=False)
     monkeypatch.delenv("BIR_SERVICE", raising=False)
@@ -92,8 +95,21 @@ async def test_a_replay_that_handed_over_and_that_the_model_finished_its_own_way
         [edit] = shown["edits"]
         assert edit["kind"] == "calculation"
         assert edit["why"] == "repair after divergence"
-        assert "toolOutputLogic" not in edit["changes"] or edit["changes"]
+        # What the recalculation changed: the first step's output body (the row rule), and the support;
+        # the steps, parameters and state stayed.
+        assert edit["changes"] == ["bodies", "support"]
         assert len(edit["runs"]) == 2
+        [stored] = store.edits(scenario_id)
+        assert stored.before is not None
+        assert stored.after is not None
+        (before_in, before_out), (after_in, after_out) = stored.before["bodies"][0], stored.after["bodies"][0]
+        assert before_in == after_in
+        assert '"only"' in str(before_out)
+        assert '"max"' in str(after_out)
+        assert '"priority"' in str(after_out)
+        assert stored.before["bodies"][1] == stored.after["bodies"][1]
+        assert (stored.before["support"], stored.after["support"]) == (1, 2)
+        assert stored.before["steps"] == stored.after["steps"]
 
         armed = await host.prompt(TOP.format(project="API"))
         assert armed.direct
@@ -110,3 +126,21 @@ async def test_a_replay_that_handed_over_and_that_the_model_finished_its_own_way
         rows: list[Any] = store.runs(None)
         assert len(rows) == 2
         assert {rid for rid, _ in store.runs_of(scenario_id)} == {r.id for r in rows}
+
+    # The person sees it in `bir scenario edits`, as a calculation edit saying what it changed and why.
+    capsys.readouterr()
+    code = await anyio.to_thread.run_sync(lambda: main(["scenario", "edits", scenario_id, "--json"]))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    [listed] = json.loads(out)["edits"]
+    assert (listed["id"], listed["kind"], listed["changes"]) == (edit["id"], "calculation", ["bodies", "support"])
+    code = await anyio.to_thread.run_sync(lambda: main(["scenario", "edits", scenario_id]))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    [row] = [line for line in out.splitlines() if line.startswith(edit["id"])]
+    edit_id, step, kind = row.split()[:3]
+    assert (edit_id, step) == (edit["id"], "-")
+    # The kind column is ten characters wide today: "calculation" shows as "calculati…".
+    assert kind in ("calculation", "calculati…")
+    assert "bodies, support" in row
+    assert "recalculated from 2 runs (repair after divergence)" in row

@@ -48,12 +48,13 @@ def test_an_older_store_is_migrated_once_in_one_transaction(tmp_path: Path, monk
     path = tmp_path / "store.db"
     Store(path).close()
     extra = ("CREATE TABLE later (x INTEGER)", "INSERT INTO later VALUES (1)")
-    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, (2, extra)))
-    monkeypatch.setattr(schema, "CURRENT_VERSION", 2)
+    later = schema.CURRENT_VERSION + 1
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, (later, extra)))
+    monkeypatch.setattr(schema, "CURRENT_VERSION", later)
     store = Store(path)
     again = Store(path)
     with store.raw() as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == later
         assert conn.execute("SELECT count(*) FROM later").fetchone()[0] == 1
     store.close()
     again.close()
