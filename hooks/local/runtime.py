@@ -915,7 +915,7 @@ def stats_of(store: Store, project: str | None) -> dict[str, Any]:
                 scenario.id,
                 intent=str(scenario.body.get("intent", "")),
                 state=scenario.state,
-                runs=1,
+                runs=support_of(scenario.template or {}),
                 hits=hits.get(scenario.id, 0),
                 baseline=booking.Baseline.of(run.finish),
                 executions=store.executions(scenario.id),
