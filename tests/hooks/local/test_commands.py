@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import threading
 from pathlib import Path
 
 import anyio
@@ -14,7 +15,7 @@ from bir.cli import main
 from bir.core import config
 from bir.evaluator import EvaluatorPool
 from bir.examples.fleet_server import device_by_id, list_devices_in
-from bir.hooks.local import local_client
+from bir.hooks.local import embed, local_client
 from bir.hooks.local.store import Store, default_path
 
 PROMPT = "show the details of the riskiest device in eu-west-1"
@@ -202,3 +203,25 @@ def test_scenario_show_says_why_a_scenario_is_not_ready_and_what_the_model_pass_
     assert lines[2] == "model pass: the pick is not in the prompt"
     assert main(["scenario", "show", "scn_amb", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["reason"]["modelPass"] == "the pick is not in the prompt"
+
+
+def test_scenario_match_logs_the_models_load_to_a_file_even_when_it_ends_after_the_command(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gate = threading.Event()
+
+    def slow_load() -> embed.MiniLM:
+        gate.wait(30)
+        return embed.MiniLM.load()
+
+    late = embed.Embedder(slow_load)
+    monkeypatch.setattr(embed, "_shared", late)
+    prompt = "show the details of the riskiest device in us-east-1"
+    # The slot rule answers without the model: the command is done while the model still loads.
+    assert main(["scenario", "match", prompt, "--project", str(recorded)]) == 0
+    assert "by the slot rule" in capsys.readouterr().out
+    gate.set()
+    assert late.wait(30)
+    assert '"event"' not in capsys.readouterr().err
+    logged = "".join(p.read_text() for p in (config.home() / "logs").iterdir())
+    assert '"event":"local.embedding_loaded"' in logged
