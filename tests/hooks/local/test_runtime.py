@@ -1,8 +1,10 @@
 """The local service's long-lived side: a prompt that comes before the model loaded still matches by slot,
-and a paraphrase then is a miss that waits for the model no longer than its bound."""
+and a paraphrase then is a miss that waits for the model no longer than its bound; finishes past the
+store's limit prune its oldest runs."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -10,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from bir.core import log
 from bir.core.service import ServiceClient
 from bir.evaluator import EvaluatorPool
 from bir.examples.fleet_server import device_by_id, list_devices_in
-from bir.hooks.local import LOCAL_TOKEN, LOCAL_URL
+from bir.hooks.local import LOCAL_TOKEN, LOCAL_URL, open_local_service
 from bir.hooks.local.app import build_app
 from bir.hooks.local.embed import Embedder, MiniLM
 from bir.hooks.local.runtime import MODEL_WAIT_S, LocalService
@@ -84,3 +87,37 @@ async def test_a_prompt_before_the_model_loaded_matches_by_slot_and_a_paraphrase
     finally:
         release.set()
         store.close()
+
+
+async def test_finishes_past_BIR_LOCAL_STORE_MB_prune_the_oldest_runs_through_the_service(
+    tmp_path: Path, pool: EvaluatorPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BIR_LOCAL_STORE_MB", "1")
+    stream = io.StringIO()
+    log.set_stream(stream)
+    ids = [f"run_{i:02d}" for i in range(40)]
+    try:
+        async with (
+            open_local_service(tmp_path, project="/p", pool=pool, load_model=False) as local,
+            ServiceClient(local.base_url, LOCAL_TOKEN, transport=local.transport) as client,
+        ):
+            for i, run_id in enumerate(ids):
+                # A model-written file: no step to replay, so no ready scenario keeps a run from its turn.
+                assert await client.match(run_id, f"write today's notes, number {i}", {}) is None
+                write = {"file_path": f"/notes/{i}.md", "content": f"{i} " + "n" * 40_000}
+                await client.post_step(run_id, {"stepIndex": 0, "toolName": "Write", "toolInput": write})
+                assert (await client.finish_run(run_id, {"output": "written"})).status == "finished"
+            assert await local.service.idle()
+            store = local.service.store
+            kept = {r.id for r in store.runs("/p", limit=100)}
+            assert store.size_bytes() <= 1024 * 1024
+    finally:
+        log.set_stream(None)
+    # The oldest went, the newest stayed: what is left is the newest runs, in one piece.
+    assert ids[-1] in kept
+    assert ids[0] not in kept
+    assert kept == set(ids[-len(kept) :])
+    pruned = [e for line in stream.getvalue().splitlines() if (e := json.loads(line))["event"] == "local.pruned"]
+    assert pruned
+    assert sum(e["runs"] for e in pruned) == len(ids) - len(kept)
+    assert {e["max_bytes"] for e in pruned} == {1024 * 1024}
