@@ -21,6 +21,7 @@ from bir.hooks.local.app import build_app
 from bir.hooks.local.embed import Embedder, MiniLM
 from bir.hooks.local.runtime import MODEL_WAIT_S, LocalService
 from bir.hooks.local.store import Store
+from tests.backends import serving
 
 pytestmark = pytest.mark.anyio
 PROMPT = "show the details of the riskiest device in eu-west-1"
@@ -121,3 +122,32 @@ async def test_finishes_past_BIR_LOCAL_STORE_MB_prune_the_oldest_runs_through_th
     assert pruned
     assert sum(e["runs"] for e in pruned) == len(ids) - len(kept)
     assert {e["max_bytes"] for e in pruned} == {1024 * 1024}
+
+
+async def test_derivation_gives_a_setting_the_prompt_does_not_state_its_sample_and_names_a_missing_target(
+    tmp_path: Path, pool: EvaluatorPool
+) -> None:
+    async with serving("local", tmp_path, pool) as backend:
+        scenario_id = await backend.ready_scenario()
+        assert backend.local is not None
+        store = backend.local.store
+        row = store.scenario(scenario_id)
+        assert row is not None
+        # The local calculator writes targets only: a setting comes with a service's scenario or the model pass.
+        assert {s["role"] for s in row.body["paramsObject"].values()} == {"target"}
+        setting = {"sampleValue": 50, "description": "how many rows a page holds", "role": "setting"}
+        store.update_scenario_body(
+            scenario_id, {**row.body, "paramsObject": {**row.body["paramsObject"], "limit": setting}}
+        )
+
+        asked = "show the details of the riskiest device in ap-southeast-2"
+        status, answer = await backend.local.derive(scenario_id, {"prompt": asked})
+        assert status == 200
+        assert answer == {
+            "params": {"region": "ap-southeast-2", "limit": 50},
+            "derived": True,
+            "missing": [],
+            "costUsd": 0.0,
+        }
+        status, unrelated = await backend.local.derive(scenario_id, {"prompt": "write a poem"})
+        assert (status, unrelated["params"], unrelated["missing"]) == (200, {"region": None, "limit": 50}, ["region"])
