@@ -231,7 +231,7 @@ def test_pruning_leaves_a_run_still_being_recorded_and_takes_one_left_open_for_a
     store.close()
 
 
-def test_a_full_disk_refuses_the_write_as_store_full_and_loses_what_was_there(tmp_path: Path) -> None:
+def test_a_full_disk_refuses_the_write_as_store_full_and_keeps_what_was_there(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     Store(path).close()
     with sqlite3.connect(path) as conn:
