@@ -11,12 +11,9 @@ before its finish) or left unfinished; a ticket is redeemed once, whoever sends 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +22,10 @@ import httpx
 import pytest
 
 from bir.core import config, installed
-from bir.hooks.discovery import Discovery, read_discovery
+from bir.hooks.discovery import Discovery
 from bir.hooks.local.store import Store, default_path
 from bir.hooks.session.outbox import outbox_dir
+from tests.hooks.daemons import start_server
 from tests.polling import until
 
 pytestmark = pytest.mark.anyio
@@ -37,29 +35,6 @@ READ = "read the notes in /notes/{name}.md"
 # A turn whose only step is a file the model wrote: never replayed, so each one is a miss, recorded.
 WRITE = "write down the minutes number {n} of the {project} meeting"
 CONTENT = "m" * 20_000
-
-
-def start_server(project: Path) -> tuple[subprocess.Popen[bytes], Discovery]:
-    env = {**os.environ, "BIR_LOGIC_WORKERS": "1"}
-    process = subprocess.Popen([str(BIN / "bir-hooks"), "--project", str(project)], env=env, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while (found := read_discovery(project)) is None or found.pid != process.pid:
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"bir-hooks did not publish itself (exit {process.poll()})")
-        time.sleep(0.05)
-    return process, found
-
-
-@pytest.fixture
-def stopped() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Servers to stop at the end, whatever the test did."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(30)
 
 
 class Hooks:
