@@ -220,13 +220,10 @@ def _queries(rng: random.Random, count: int) -> list[tuple[str, str]]:
 def run_match_bench(*, quick: bool, as_json: bool) -> int:
     """Run the bench and print its report (words, or JSON with ``as_json``); 0 when it ran. The service's
     log lines go to ``<BIR_HOME>/logs/bench.log``."""
-    from bir.core.log import log_to_file, logs_dir, set_stream
+    from bir.core.log import logging_to, logs_dir
 
-    log_to_file(logs_dir(config.home()) / "bench.log")
-    try:
+    with logging_to(logs_dir(config.home()) / "bench.log"):
         report = asyncio.run(_bench(quick=quick))
-    finally:
-        set_stream(None)
     sys.stdout.write(json.dumps(report, indent=2) + "\n" if as_json else render(report))
     return 0
 

@@ -93,17 +93,16 @@ def log_to_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> Path:
 
 
 @contextlib.contextmanager
-def logging_to(path: Path) -> Iterator[Path]:
-    """Log lines go to ``path`` for the block, then back where they went before (a file is reopened).
+def restored() -> Iterator[None]:
+    """Log lines go back where they went before the block, wherever the block sent them (a file is reopened).
 
-    Raises:
-        OSError: the file or its folder cannot be created.
+    A command restores, never resets to stderr: a thread it started (the embedding model's load) may log
+    after it returned, and that line belongs in the command's log file, not on the person's terminal.
     """
     previous = _stream
     previous_path = previous.path if isinstance(previous, _RotatingFile) else None
-    log_to_file(path)
     try:
-        yield path
+        yield
     finally:
         if previous_path is not None:
             try:
@@ -112,6 +111,18 @@ def logging_to(path: Path) -> Iterator[Path]:
                 set_stream(None)
         else:
             set_stream(previous)
+
+
+@contextlib.contextmanager
+def logging_to(path: Path) -> Iterator[Path]:
+    """Log lines go to ``path`` for the block, then back where they went before (a file is reopened).
+
+    Raises:
+        OSError: the file or its folder cannot be created.
+    """
+    with restored():
+        log_to_file(path)
+        yield path
 
 
 def logs_dir(home: Path) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.backends import backend, pool  # noqa: F401 - the service-contract fixtures (tests/backends.py)
 from tests.peers import CLAUDE_CODE_VERSIONS, claude_code
 from tests.sandbox import Sandbox, demo_sandbox
 from tests.wheel import Installed, build_and_install

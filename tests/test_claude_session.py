@@ -48,8 +48,11 @@ PROMPT = "find the riskiest device in eu-west-1 and show its details"
 BIN = Path(sys.executable).parent
 DIRECTIVE_TAG = "[BaseInstRunner calculated replay]"
 RUN_SCENARIO = "mcp__bir__run_scenario"
-# A model the pricing table knows (2.1.332's default, claude-opus-5-5, is not priced yet: unmeasured).
+# One priced model for the cases that compare costs, whichever version runs them. Each version's own
+# default (claude-opus-5-5 on 2.1.332, claude-opus-4-8 on 2.1.197) is priced too: the local two-turn
+# test runs on it, so a default session's turn is shown measured.
 PRICED_MODEL = ("--model", "claude-sonnet-4-5")
+DEFAULT_MODELS = ("claude-opus-5-5", "claude-opus-4-8")
 
 
 def fleet_direct() -> dict[str, Any]:
@@ -119,6 +122,8 @@ class Case:
         prompt: str = PROMPT,
         env: Mapping[str, str] | None = None,
         allowed_tools: Sequence[str] = ("mcp__fleet",),
+        *,
+        model_args: Sequence[str] = PRICED_MODEL,
     ) -> ClaudeRun:
         extra = {k: v for k, v in self.env.items() if k.startswith("BIR_")}
         extra.update(env or {})
@@ -129,7 +134,7 @@ class Case:
             api_url=api.url,
             env_extra=extra,
             case_dir=self.root,
-            extra_args=PRICED_MODEL,
+            extra_args=model_args,
             # The user lets the fleet server's tools run without asking, as a project that uses them does.
             allowed_tools=list(allowed_tools),
         )
@@ -816,11 +821,13 @@ def test_with_no_service_configured_turn_one_is_recorded_and_turn_two_with_anoth
                 lambda request: say("The riskiest: " + request.tool_result_text("toolu_get")[:200]),
             ]
         )
+        # Both turns on Claude Code's default model, as a user's session runs: priced, so measured.
         with first_api.serve():
-            first = case.claude(claude_binary, first_api)
+            first = case.claude(claude_binary, first_api, model_args=())
         assert first.exit_code == 0, first.describe()
         assert first_api.failures == []
         assert DIRECTIVE_TAG not in first_api.requests[0].text()
+        assert {r.body.get("model") for r in first_api.requests} & set(DEFAULT_MODELS)
         assert [c["tool"] for c in case.fleet_calls()] == ["list_devices", "get_device"]
 
         store = Store(default_path(Path(env["BIR_HOME"])))
@@ -848,7 +855,6 @@ def test_with_no_service_configured_turn_one_is_recorded_and_turn_two_with_anoth
                 api_url=second_api.url,
                 env_extra=env,
                 case_dir=root,
-                extra_args=PRICED_MODEL,
                 allowed_tools=["mcp__fleet"],
                 session_id=first.session_id,
                 resume=True,
@@ -875,6 +881,8 @@ def test_with_no_service_configured_turn_one_is_recorded_and_turn_two_with_anoth
         [line] = json.loads(case.bir("stats", "--json", "--project", str(project)).stdout)["scenarios"]
         assert line["outcomes"] == {"steered_full": 1}
         assert line["hits"] == 1
+        # Turn one ran on the default model and is measured: the baseline the saving is counted against.
+        assert line["baseline"]["costUsd"] is not None, json.dumps(line)
         assert line["measuredReplays"] == 1, json.dumps(line)
         assert line["savedUsd"] > 0
         assert line["savedTokens"] > 0

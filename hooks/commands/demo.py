@@ -31,7 +31,7 @@ import anyio
 from bir.core import installed
 from bir.core.bundle import fenced_output
 from bir.core.exits import EXIT_FAILED, EXIT_OK
-from bir.core.log import log_to_file, logs_dir, set_stream
+from bir.core.log import logging_to, logs_dir
 from bir.core.paths import project_key
 from bir.core.truncate import cut
 from bir.hooks.commands.demo_host import CONTEXT_TOKENS, MODEL, DemoHost, HostError, text_of
@@ -367,13 +367,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with _isolated(demo.home):
             logs_dir(demo.home).mkdir(parents=True, exist_ok=True)
-            log_to_file(logs_dir(demo.home) / f"{project_key(demo.project.resolve())}.log")
-            try:
-                anyio.run(demo.run)
-            except Exception as exc:  # noqa: BLE001 - a command says what stopped it; its logs have the rest
-                failed = _why(exc)
-            finally:
-                set_stream(None)
+            with logging_to(logs_dir(demo.home) / f"{project_key(demo.project.resolve())}.log"):
+                try:
+                    anyio.run(demo.run)
+                except Exception as exc:  # noqa: BLE001 - a command says what stopped it; its logs have the rest
+                    failed = _why(exc)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

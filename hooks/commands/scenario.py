@@ -27,7 +27,7 @@ import anyio
 from bir.core import config, installed
 from bir.core.errors import LogicError
 from bir.core.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_USAGE
-from bir.core.log import log_to_file, logs_dir, set_stream
+from bir.core.log import log_to_file, logs_dir, restored, set_stream
 from bir.core.paths import resolve_project
 from bir.core.scenario_api import EDIT_PREFIX, RUN_PREFIX, SCENARIO_PREFIX, Reply, ScenarioApi
 from bir.core.service import ServiceClient, ServiceError
@@ -258,8 +258,11 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     ``--dry`` runs the plan as ``bir replay --scenario`` does)."""
     if args.command == "scenario" and args.scenario_command == "replay" and not args.dry:
         return run_plan(args)
-    out = out or sys.stdout
-    err = err or sys.stderr
+    with restored():
+        return _run_command(args, out or sys.stdout, err or sys.stderr)
+
+
+def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     name = "bir investigate" if args.command == "investigate" else f"bir scenario {args.scenario_command}"
     verbose = bool(getattr(args, "verbose", False))
     io = _Io(out, err, bool(getattr(args, "json", False)), Style(wants_colour(out)), name, verbose)
@@ -288,8 +291,6 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         return EXIT_USAGE
     except Stop as stop:
         return stop.code
-    finally:
-        set_stream(None)
 
 
 async def _run(args: argparse.Namespace, io: _Io) -> int:

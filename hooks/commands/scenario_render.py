@@ -18,6 +18,8 @@ from bir.hooks.commands.term import Colour, paint
 CELL_CHARS: Final = 60
 LOGIC_CHARS: Final = 2_000
 MESSAGE_CHARS: Final = 300
+# A not-ready scenario's reason ends with what would resolve it: shown longer than a problem's message.
+REASON_CHARS: Final = 800
 MAX_ROWS: Final = 500
 INPUT_CHARS: Final = 300
 OUTPUT_CHARS: Final = 600
@@ -111,12 +113,21 @@ def _title(data: Mapping[str, Any], style: Style) -> str:
     return style(f"{_cell(data.get('id'), 60)}  ({_cell(data.get('state'), 20)}, revision {revision})", "bold")
 
 
+def _reason_lines(reason: object) -> list[str]:
+    """Why a scenario is not ready (which step, what could not be traced), and what a model pass said of it."""
+    if not isinstance(reason, Mapping):
+        return []
+    lines = []
+    if reason.get("message"):
+        lines.append(f"not ready: {_cell(reason.get('message'), REASON_CHARS)}")
+    if reason.get("modelPass"):
+        lines.append(f"model pass: {_cell(reason.get('modelPass'), REASON_CHARS)}")
+    return lines
+
+
 def render_scenario(data: Mapping[str, Any], style: Style) -> str:
     """``bir scenario show``: intent, parameters, steps and logic, and its sub-task scenarios."""
-    lines = [
-        _title(data, style),
-        f"intent: {_cell(data.get('intent'), 300)}",
-    ]
+    lines = [_title(data, style), *_reason_lines(data.get("reason")), f"intent: {_cell(data.get('intent'), 300)}"]
     params = data.get("paramsObject")
     if isinstance(params, Mapping) and params:
         rows = [

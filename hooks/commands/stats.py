@@ -42,6 +42,10 @@ def _tokens(line: dict[str, Any]) -> str:
     return f"{saved:,} tokens"
 
 
+def _runs(n: int) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
+
+
 def _text(data: dict[str, object]) -> str:
     rows = data["scenarios"]
     assert isinstance(rows, list)
@@ -51,7 +55,8 @@ def _text(data: dict[str, object]) -> str:
     for row in rows:
         mix = ", ".join(f"{n} {outcome}" for outcome, n in sorted(row["outcomes"].items())) or "no replays"
         lines.append(
-            f"  {row['scenarioId']} ({row['state']}) {row['intent'][:70]!r}: {row['hits']} hits ({mix}); "
+            f"  {row['scenarioId']} ({row['state']}) {row['intent'][:70]!r}: {_runs(row['runs'])}, "
+            f"{row['hits']} hits ({mix}); "
             f"saved {_tokens(row)}, ${row['savedUsd']:.4f}, {row['savedSeconds']:.1f} s"
         )
     lines.append(f"saved in all: {_tokens(totals)}, ${totals['savedUsd']:.4f} and {totals['savedSeconds']:.1f} s")

@@ -307,6 +307,9 @@ def serialized(
         "id": scenario_id,
         "state": state,
         "intent": intent_of(draft.prompt, draft.params),
+        # Targets only: every parameter here is a span of the prompt, and a value the run used that the
+        # prompt did not state cannot be told from a constant in one recording (settings come from a
+        # service's scenario or the model pass; derivation gives a setting with no value its sample).
         "paramsObject": {
             p.name: {
                 "sampleValue": p.sample,

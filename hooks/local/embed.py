@@ -8,8 +8,8 @@ The forward pass is numpy: the ONNX file is read for its weights only (the proto
 file whose bytes the sha256 pins), the layer weights are dequantized once to float32 and the word
 table stays int8. That holds the model in about 55 MB where onnxruntime held 160 MB (it folds every
 weight to float32 and keeps both copies), which the control server's 150 MB budget for the matcher
-could not afford; the vectors agree with onnxruntime's to a cosine of 1.0000 (``tests/hooks/local``
-pins reference vectors).
+could not afford. ``tests/hooks/local/test_embed.py`` pins the cosines the reference model (float32
+all-MiniLM-L6-v2 under sentence-transformers) gives three pairs, within 0.01, and the tokenizer's ids.
 
 ``Embedder`` loads the model once, lazily, in a thread of the long-lived process (never in ``bir-hook``
 or ``bir-proxy``: nothing there imports this module), and answers ``None`` while it is not loaded.

@@ -342,7 +342,8 @@ class LocalService:
 
     @staticmethod
     def _serialized(row: ScenarioRow) -> dict[str, Any]:
-        return {**row.body, "id": row.id, "state": row.state, "chainRevision": row.chain_revision}
+        # The reason is the row's, not the body's: a model pass that declined adds its note to the row only.
+        return {**row.body, "id": row.id, "state": row.state, "reason": row.reason, "chainRevision": row.chain_revision}
 
     async def post_step(self, run_id: str, body: object) -> Answer:
         if not isinstance(body, dict) or not isinstance(body.get("stepIndex"), int) or not body.get("toolName"):
@@ -916,7 +917,7 @@ def stats_of(store: Store, project: str | None) -> dict[str, Any]:
                 scenario.id,
                 intent=str(scenario.body.get("intent", "")),
                 state=scenario.state,
-                runs=1,
+                runs=support_of(scenario.template or {}),
                 hits=hits.get(scenario.id, 0),
                 baseline=booking.Baseline.of(run.finish),
                 executions=store.executions(scenario.id),

@@ -39,6 +39,8 @@ BUSY_TIMEOUT_MS: Final = 10_000
 TICKET_TTL_S: Final = 7 * 24 * 3600
 # Pruning brings the store under this share of its limit, so it does not prune again at the next run.
 PRUNE_TO: Final = 0.9
+# A run with no finish yet is being recorded (its outbox tries for up to a day): pruning leaves it this long.
+OPEN_RUN_KEPT_S: Final = 24 * 3600
 EXPORT_FORMAT: Final = "bir-local-store"
 
 T = TypeVar("T")
@@ -976,15 +978,17 @@ class Store:
 
         return self._read(read)
 
-    def prune(self, max_bytes: int) -> list[str]:
+    def prune(self, max_bytes: int, *, now: float | None = None) -> list[str]:
         """Remove the oldest runs until the store is under ``PRUNE_TO`` of ``max_bytes``; returns their ids.
 
         Runs that no ready scenario rests on go first; a run a ready scenario rests on goes (with its
-        scenario) only when the rest is not enough.
+        scenario) only when the rest is not enough. A run still being recorded (no finish yet, younger than
+        ``OPEN_RUN_KEPT_S``) never goes: its steps and finish are on their way.
         """
         if self.size_bytes() <= max_bytes:
             return []
         target = int(max_bytes * PRUNE_TO)
+        open_since = (time.time() if now is None else now) - OPEN_RUN_KEPT_S
 
         def write(conn: sqlite3.Connection) -> list[str]:
             size = int(conn.execute("SELECT COALESCE(SUM(bytes), 0) FROM runs").fetchone()[0]) + int(
@@ -994,7 +998,9 @@ class Store:
             order = conn.execute(
                 "SELECT r.id, r.bytes + COALESCE(length(s.body), 0), "
                 "CASE WHEN s.state = 'ready' THEN 1 ELSE 0 END AS keep "
-                "FROM runs r LEFT JOIN scenarios s ON s.run_id = r.id ORDER BY keep, r.created_at"
+                "FROM runs r LEFT JOIN scenarios s ON s.run_id = r.id "
+                "WHERE r.finish IS NOT NULL OR r.created_at < ? ORDER BY keep, r.created_at",
+                (open_since,),
             ).fetchall()
             for run_id, weight, _keep in order:
                 if size <= target:

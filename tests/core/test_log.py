@@ -72,6 +72,22 @@ def test_log_lines_go_to_a_private_file_that_rotates_past_its_size(tmp_path: Pat
     assert all(line["event"] == "test.line" for line in lines)
 
 
+def test_a_block_that_sent_lines_elsewhere_hands_them_back_to_the_file_they_went_to_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tmp_path / "logs" / "bir.log"
+    log.log_to_file(before)
+    try:
+        with log.restored():
+            log.set_stream(None)
+            log.log_event("test.inside")
+        log.log_event("test.after")
+    finally:
+        log.set_stream(None)
+    assert '"test.inside"' in capsys.readouterr().err
+    assert [json.loads(line)["event"] for line in before.read_text().splitlines()] == ["test.after"]
+
+
 def test_no_known_secret_and_no_userinfo_is_ever_written_to_a_log(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BIR_TOKEN", "plainwordsecret")
     error = "GET https://me:pw@basein.example.com with plainwordsecret"

@@ -1,4 +1,11 @@
-"""The service client against the fake BaseIn service, over real HTTP."""
+"""The service client against the fake BaseIn service over real HTTP, and, where a test is about the
+service's contract, against the local service too (issue 18.1: ``backend`` runs it on both).
+
+On the fake only, each for its reason: what the client reads from the environment or a sign-in (a URL
+names a remote service; the local one is reached in process); a wrong token (the local service has one
+user and checks none); and what only the fake can be made to do: a canned answer, a planted malformed
+scenario or step spelling, a forced status, a slow route, a service that is down.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +20,13 @@ import pytest
 
 from bir.core import credentials, log
 from bir.core.service import MAX_ERROR_CHARS, ServiceClient, ServiceError
+from tests.backends import Backend
 from tests.fakes.baseinsvc import PRICING_VERSION, Canned, FakeBaseIn
 from tests.fakes.fixtures import running_fake_service
 from tests.paths import SCENARIOS
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
 
@@ -67,37 +75,44 @@ def client_for(fake: FakeBaseIn, **kwargs: Any) -> ServiceClient:
 
 
 @pytest.mark.anyio
-async def test_a_hit_returns_the_matched_scenario_and_ticket_and_creates_no_run() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        ticket = fake.add_match("list eu devices", scenario_fixture(), run_id="run_src", similarity=0.94)
-        answer = await service.match("run_new", "list eu devices", {"cwd": "/x"})
-        assert answer is not None
-        assert answer.matched is not None
-        assert answer.matched.run_id == "run_src"
-        assert answer.matched.scenario_id == "scn_fleet_direct"
-        assert answer.matched.execution_ticket == ticket
-        assert answer.matched.similarity == 0.94
-        assert answer.matched.scenario is not None
-        assert [s.tool_name for s in answer.matched.scenario.steps] == [
-            "mcp__fleet__list_devices",
-            "mcp__fleet__get_device",
-        ]
-        assert "run_new" not in fake.runs
+async def test_a_hit_returns_the_matched_scenario_and_its_ticket(backend: Backend) -> None:
+    scenario_id = await backend.ready_scenario()
+    answer = await backend.hit("run_new")
+    assert answer.matched is not None
+    assert answer.matched.run_id == backend.source_run
+    assert answer.matched.scenario_id == scenario_id
+    assert answer.matched.execution_ticket
+    assert answer.matched.similarity == (0.94 if backend.fake is not None else 1.0)
+    assert answer.matched.scenario is not None
+    assert answer.matched.scenario.state in (None, "ready")
+    assert [s.tool_name for s in answer.matched.scenario.steps] == [
+        "mcp__fleet__list_devices",
+        "mcp__fleet__get_device",
+    ]
+    step = await backend.client.post_step("run_new", step_body(0))
+    if backend.fake is not None:
+        # The remote service creates no run on a hit: its own canonical run stands (spec §2, §12).
+        assert answer.id is None
+        assert not backend.has_run("run_new")
+        assert step.status == "unknown_run"
+    else:
+        # The local service keeps the replayed turn's run (issue 19: a repair may need it).
+        assert answer.id == "run_new"
+        assert step.status == "recorded"
 
 
 @pytest.mark.anyio
-async def test_a_miss_returns_none_and_the_service_keeps_the_new_run() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        assert await service.match("run_new", "something never asked", {"cwd": "/x"}) is None
-        assert "run_new" in fake.runs
-        [seen] = fake.requests_to("match")
-        assert seen.body == {
-            "id": "run_new",
-            "framework": "claude-code",
-            "input": "something never asked",
-            "metadata": {"cwd": "/x"},
-        }
-        assert seen.headers["authorization"] == f"Bearer {fake.token}"
+async def test_a_miss_returns_none_and_the_service_keeps_the_new_run(backend: Backend) -> None:
+    assert await backend.client.match("run_new", "something never asked", {"cwd": "/x"}) is None
+    assert backend.has_run("run_new")
+    [seen] = backend.requests_to("match")
+    assert seen.body == {
+        "id": "run_new",
+        "framework": "claude-code",
+        "input": "something never asked",
+        "metadata": {"cwd": "/x"},
+    }
+    assert seen.headers["authorization"] == f"Bearer {backend.token}"
 
 
 @pytest.mark.anyio
@@ -155,11 +170,10 @@ async def test_run_steps_are_read_in_both_spellings() -> None:
 
 
 @pytest.mark.anyio
-async def test_an_unknown_run_is_a_404_service_error() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        with pytest.raises(ServiceError) as caught:
-            await service.get_run_steps("run_missing")
-        assert (caught.value.kind, caught.value.status) == ("status", 404)
+async def test_an_unknown_run_is_a_404_service_error(backend: Backend) -> None:
+    with pytest.raises(ServiceError) as caught:
+        await backend.client.get_run_steps("run_missing")
+    assert (caught.value.kind, caught.value.status) == ("status", 404)
 
 
 @pytest.mark.anyio
@@ -177,51 +191,47 @@ async def test_identifiers_are_quoted_into_one_path_segment() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_report_is_booked_once_and_a_second_is_a_duplicate() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        ticket = fake.add_match("p", scenario_fixture())
-        first = await service.report_execution("scn_fleet_direct", report(ticket))
-        second = await service.report_execution("scn_fleet_direct", report(ticket))
-        assert (first.status, first.http_status, first.execution_id, first.booked) == ("booked", 201, ticket, True)
-        assert (second.status, second.http_status, second.booked) == ("duplicate", 200, False)
-        assert [row.id for row in fake.ledger] == [ticket]
+async def test_a_report_is_booked_once_and_a_second_is_a_duplicate(backend: Backend) -> None:
+    scenario_id, ticket = await backend.ticket()
+    first = await backend.client.report_execution(scenario_id, report(ticket))
+    second = await backend.client.report_execution(scenario_id, report(ticket))
+    assert (first.status, first.http_status, first.execution_id, first.booked) == ("booked", 201, ticket, True)
+    assert (second.status, second.http_status, second.booked) == ("duplicate", 200, False)
+    assert [(b.ticket, b.ledger) for b in backend.booked()] == [(ticket, "savings")]
 
 
 @pytest.mark.anyio
-async def test_an_unknown_or_expired_ticket_is_answered_not_raised() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        ticket = fake.add_match("p", scenario_fixture())
-        fake.expire_ticket(ticket)
-        result = await service.report_execution("scn_fleet_direct", report(ticket))
-        unknown = await service.report_execution("scn_fleet_direct", report("tkt_never_issued"))
-        assert (result.status, result.http_status) == ("ticket_unknown", 409)
-        assert unknown.status == "ticket_unknown"
-        assert fake.ledger == []
-        assert fake.baseline == []
+async def test_an_unknown_or_expired_ticket_is_answered_not_raised(backend: Backend) -> None:
+    scenario_id, ticket = await backend.ticket()
+    backend.expire_ticket(ticket)
+    result = await backend.client.report_execution(scenario_id, report(ticket))
+    unknown = await backend.client.report_execution(scenario_id, report("tkt_never_issued"))
+    assert (result.status, result.http_status) == ("ticket_unknown", 409)
+    assert unknown.status == "ticket_unknown"
+    assert backend.booked() == []
 
 
 @pytest.mark.anyio
-async def test_a_costless_report_without_an_error_is_not_recorded() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        ticket = fake.add_match("p", scenario_fixture())
-        body = report(ticket, "not_steered", deriveCostUsd=0, sessionCostUsd=0)
-        result = await service.report_execution("scn_fleet_direct", body)
-        assert (result.status, result.http_status) == ("not_recorded", 202)
-        assert fake.baseline == []
+async def test_a_costless_report_without_an_error_is_not_recorded(backend: Backend) -> None:
+    scenario_id, ticket = await backend.ticket()
+    body = report(ticket, "not_steered", deriveCostUsd=0, sessionCostUsd=0)
+    result = await backend.client.report_execution(scenario_id, body)
+    assert (result.status, result.http_status) == ("not_recorded", 202)
+    assert backend.booked() == []
 
 
 @pytest.mark.anyio
-async def test_declines_go_to_the_baseline_and_a_pricing_mismatch_is_unmeasured() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        scenario = scenario_fixture()
-        tickets = [fake.add_match(f"p{i}", scenario) for i in range(3)]
-        await service.report_execution("scn_fleet_direct", report(tickets[0], "not_steered"))
-        await service.report_execution("scn_fleet_direct", report(tickets[1], "failed"))
-        await service.report_execution("scn_fleet_direct", report(tickets[2], "diverged", pricingVersion="1999-01-01"))
-        assert sorted(row.outcome for row in fake.baseline) == ["failed", "not_steered"]
-        assert all(row.measured for row in fake.baseline)
-        [ledger_row] = fake.ledger
-        assert (ledger_row.outcome, ledger_row.measured) == ("diverged", False)
+async def test_declines_go_to_the_baseline_and_a_pricing_mismatch_is_unmeasured(backend: Backend) -> None:
+    tickets = [await backend.ticket() for _ in range(3)]
+    (scenario_id, first), (_, second), (_, third) = tickets
+    await backend.client.report_execution(scenario_id, report(first, "not_steered"))
+    await backend.client.report_execution(scenario_id, report(second, "failed"))
+    await backend.client.report_execution(scenario_id, report(third, "diverged", pricingVersion="1999-01-01"))
+    baseline = [b for b in backend.booked() if b.ledger == "baseline"]
+    assert sorted(b.outcome for b in baseline) == ["failed", "not_steered"]
+    assert all(b.measured for b in baseline)
+    [savings] = [b for b in backend.booked() if b.ledger == "savings"]
+    assert (savings.outcome, savings.measured) == ("diverged", False)
 
 
 @pytest.mark.anyio
@@ -252,13 +262,11 @@ async def test_derive_returns_the_answer_and_none_when_the_service_declines() ->
 
 
 @pytest.mark.anyio
-async def test_get_scenario_reads_the_serialized_scenario() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        fake.add_scenario(scenario_fixture("fleet-mixed"))
-        scenario_id = scenario_fixture("fleet-mixed")["id"]
-        scenario = await service.get_scenario(scenario_id)
-        assert scenario.id == scenario_id
-        assert scenario.steps
+async def test_get_scenario_reads_the_serialized_scenario(backend: Backend) -> None:
+    scenario_id = await backend.ready_scenario()
+    scenario = await backend.client.get_scenario(scenario_id)
+    assert scenario.id == scenario_id
+    assert [s.tool_name for s in scenario.steps] == ["mcp__fleet__list_devices", "mcp__fleet__get_device"]
 
 
 @pytest.mark.anyio
@@ -342,41 +350,40 @@ def step_body(index: int, tool: str = "mcp__fleet__list_devices") -> dict[str, A
 
 
 @pytest.mark.anyio
-async def test_steps_of_a_missed_run_are_recorded_in_step_order_whatever_order_they_arrive_in() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        assert await service.match("run_rec", "never asked before") is None
-        second = await service.post_step("run_rec", step_body(1, "mcp__fleet__get_device"))
-        first = await service.post_step("run_rec", step_body(0))
-        assert (first.status, first.http_status) == ("recorded", 201)
-        assert second.status == "recorded"
-        assert [s["toolName"] for s in fake.steps_of("run_rec")] == [
-            "mcp__fleet__list_devices",
-            "mcp__fleet__get_device",
-        ]
-        assert [s.step_index for s in await service.get_run_steps("run_rec")] == [0, 1]
+async def test_steps_of_a_missed_run_are_recorded_in_step_order_whatever_order_they_arrive_in(
+    backend: Backend,
+) -> None:
+    assert await backend.client.match("run_new", "never asked before") is None
+    second = await backend.client.post_step("run_new", step_body(1, "mcp__fleet__get_device"))
+    first = await backend.client.post_step("run_new", step_body(0))
+    assert (first.status, first.http_status) == ("recorded", 201)
+    assert second.status == "recorded"
+    assert [s["toolName"] for s in backend.steps_of("run_new")] == [
+        "mcp__fleet__list_devices",
+        "mcp__fleet__get_device",
+    ]
+    assert [s.step_index for s in await backend.client.get_run_steps("run_new")] == [0, 1]
 
 
 @pytest.mark.anyio
-async def test_a_step_or_finish_for_an_unknown_run_is_an_answer_not_an_error() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        fake.add_match("a hit", scenario_fixture())
-        assert await service.match("run_hit", "a hit") is not None
-        step = await service.post_step("run_hit", step_body(0))
-        finish = await service.finish_run("run_hit", {"output": "x"})
-        assert (step.status, step.http_status) == ("unknown_run", 404)
-        assert (finish.status, finish.http_status) == ("unknown_run", 404)
-        assert fake.steps_of("run_hit") == []
+async def test_a_step_or_finish_for_an_unknown_run_is_an_answer_not_an_error(backend: Backend) -> None:
+    step = await backend.client.post_step("run_never", step_body(0))
+    finish = await backend.client.finish_run("run_never", {"output": "x"})
+    assert (step.status, step.http_status) == ("unknown_run", 404)
+    assert (finish.status, finish.http_status) == ("unknown_run", 404)
+    assert backend.steps_of("run_never") == []
 
 
 @pytest.mark.anyio
-async def test_a_second_finish_of_a_run_is_a_duplicate() -> None:
-    async with running_fake_service() as fake, client_for(fake) as service:
-        fake.add_run("run_fin", [])
-        body = {"output": "done", "durationMs": 10, "usage": [], "costUsd": 0.01, "measured": True}
-        first = await service.finish_run("run_fin", body)
-        second = await service.finish_run("run_fin", {**body, "output": "again"})
-        assert (first.status, second.status) == ("finished", "duplicate")
-        assert fake.finished["run_fin"]["output"] == "done"
+async def test_a_second_finish_of_a_run_is_a_duplicate(backend: Backend) -> None:
+    await backend.new_run("run_fin")
+    body = {"output": "done", "durationMs": 10, "usage": [], "costUsd": 0.01, "measured": True}
+    first = await backend.client.finish_run("run_fin", body)
+    second = await backend.client.finish_run("run_fin", {**body, "output": "again"})
+    assert (first.status, second.status) == ("finished", "duplicate")
+    finished = backend.finish_of("run_fin")
+    assert finished is not None
+    assert finished["output"] == "done"
 
 
 @pytest.mark.anyio

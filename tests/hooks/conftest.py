@@ -10,5 +10,6 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-# The control-server rig's fixtures, for every test in this folder that asks for them.
+# The control-server rig's fixtures, and `stopped` for real bir-hooks processes, for every test in this folder.
 from tests.hooks.control_rig import captured_logs, rig  # noqa: E402, F401
+from tests.hooks.daemons import stopped  # noqa: E402, F401

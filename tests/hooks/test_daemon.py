@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -26,6 +25,7 @@ from bir.core.service import ServiceClient
 from bir.hooks.daemon import live_session
 from bir.hooks.discovery import Discovery, read_discovery
 from bir.hooks.replay.host import ProxyHost, proxy_environment
+from tests.hooks.daemons import start_server
 from tests.paths import REPO
 
 BIN = Path(sys.executable).parent
@@ -38,29 +38,6 @@ def project(tmp_path: Path) -> Path:
     path.mkdir()
     installed.update(path, replay=True)
     return path
-
-
-def start_server(project: Path, idle_ms: int) -> tuple[subprocess.Popen[bytes], Discovery]:
-    env = {**os.environ, "BIR_CONTROL_IDLE_MS": str(idle_ms), "BIR_LOGIC_WORKERS": "1"}
-    process = subprocess.Popen([str(BIN / "bir-hooks"), "--project", str(project)], env=env)
-    deadline = time.monotonic() + 30
-    while (found := read_discovery(project)) is None:
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"bir-hooks did not publish itself (exit {process.poll()})")
-        time.sleep(0.05)
-    return process, found
-
-
-@pytest.fixture
-def stopped() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Servers to stop at the end, whatever the test did."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(20)
 
 
 def events(project: Path, name: str) -> list[dict[str, object]]:
@@ -78,7 +55,7 @@ def health(found: Discovery) -> dict[str, object]:
 def test_a_server_nothing_uses_exits_after_its_idle_time_and_the_next_hook_revives_one(
     project: Path, stopped: list[subprocess.Popen[bytes]]
 ) -> None:
-    process, found = start_server(project, idle_ms=1500)
+    process, found = start_server(project, {"BIR_CONTROL_IDLE_MS": "1500"})
     stopped.append(process)
     health(found)  # a look at it is not use
     published = time.monotonic()
@@ -121,7 +98,7 @@ async def test_a_polling_proxy_keeps_the_server_alive_and_its_goodbye_is_seen_wi
         try:
             # The session's proxy is up first (as a host starts its servers); it finds the server once it is.
             await host.start()
-            process, found = start_server(project, idle_ms=3000)
+            process, found = start_server(project, {"BIR_CONTROL_IDLE_MS": "3000"})
             stopped.append(process)
             with anyio.fail_after(30):
                 while (await health_of(client, found)).get("served") != ["fleet"]:  # noqa: ASYNC110 - another process

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import stat
+import threading
 from pathlib import Path
 
 import anyio
 import pytest
 
 from bir.cli import main
+from bir.core import config
 from bir.evaluator import EvaluatorPool
 from bir.examples.fleet_server import device_by_id, list_devices_in
-from bir.hooks.local import local_client
+from bir.hooks.local import embed, local_client
+from bir.hooks.local.store import Store, default_path
 
 PROMPT = "show the details of the riskiest device in eu-west-1"
 
@@ -150,3 +153,75 @@ def test_export_with_no_store_yet_says_so_and_creates_none(tmp_path: Path, capsy
     assert main(["scenario", "export", str(tmp_path / "x.json")]) == 1
     assert "there is no local store at" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+async def _record_ambiguous(project: Path) -> None:
+    """A run whose pick is both the first row and the riskiest: one recording cannot say which was meant."""
+    rows = [{"id": "dev-100", "risk": 90}, {"id": "dev-101", "risk": 20}]
+    async with EvaluatorPool(workers=1) as pool, local_client(project=project, pool=pool, load_model=False) as client:
+        assert await client.match("run_amb", "check the device to look at in eu-west-1", {}) is None
+        for i, (tool, tool_input, output) in enumerate(
+            [
+                ("mcp__fleet__list_devices", {"region": "eu-west-1"}, rows),
+                ("mcp__fleet__get_device", {"id": "dev-100"}, {"id": "dev-100"}),
+            ]
+        ):
+            body = {"stepIndex": i, "toolName": tool, "toolInput": tool_input, "toolOutput": mcp(output)}
+            await client.post_step("run_amb", body)
+        await client.finish_run("run_amb", {"output": "done"})
+        reply = await client.request("POST", "/recordings/runs/run_amb/calculate", route="calculate", json_body={})
+        assert reply[0] in (200, 202)
+
+
+def test_scenario_show_says_why_a_scenario_is_not_ready_and_what_the_model_pass_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("BIR_AUTH_URL", raising=False)
+    project = tmp_path / "project"
+    project.mkdir()
+    anyio.run(_record_ambiguous, project)
+    assert main(["scenario", "show", "scn_amb"]) == 0
+    shown = capsys.readouterr().out
+    header, why, intent = shown.splitlines()[:3]
+    assert "(not_ready," in header
+    assert intent.startswith("intent: ")
+    assert why.startswith("not ready: step 1 (mcp__fleet__get_device): argument id: ")
+    assert "selector ambiguity" in why
+
+    # What a model pass that declined added to the reason is shown too, on its own line.
+    store = Store(default_path(config.home()))
+    try:
+        row = store.scenario("scn_amb")
+        assert row is not None
+        assert row.reason is not None
+        store.set_reason("scn_amb", {**row.reason, "modelPass": "the pick is not in the prompt", "modelCostUsd": 0.01})
+    finally:
+        store.close()
+    assert main(["scenario", "show", "scn_amb"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("not ready: step 1")
+    assert lines[2] == "model pass: the pick is not in the prompt"
+    assert main(["scenario", "show", "scn_amb", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reason"]["modelPass"] == "the pick is not in the prompt"
+
+
+def test_scenario_match_logs_the_models_load_to_a_file_even_when_it_ends_after_the_command(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gate = threading.Event()
+
+    def slow_load() -> embed.MiniLM:
+        gate.wait(30)
+        return embed.MiniLM.load()
+
+    late = embed.Embedder(slow_load)
+    monkeypatch.setattr(embed, "_shared", late)
+    prompt = "show the details of the riskiest device in us-east-1"
+    # The slot rule answers without the model: the command is done while the model still loads.
+    assert main(["scenario", "match", prompt, "--project", str(recorded)]) == 0
+    assert "by the slot rule" in capsys.readouterr().out
+    gate.set()
+    assert late.wait(30)
+    assert '"event"' not in capsys.readouterr().err
+    logged = "".join(p.read_text() for p in (config.home() / "logs").iterdir())
+    assert '"event":"local.embedding_loaded"' in logged

@@ -17,7 +17,7 @@ from bir.core.service import ServiceClient
 from bir.evaluator import EvaluatorPool
 from bir.hooks.local import LOCAL_TOKEN, LOCAL_URL
 from bir.hooks.local.app import build_app
-from bir.hooks.local.runtime import LocalService
+from bir.hooks.local.runtime import LocalService, stats_of
 from bir.hooks.local.sharpen import prompt_seeds, same_task
 from bir.hooks.local.store import ScenarioRow, Store
 
@@ -166,6 +166,19 @@ async def test_a_run_that_does_not_agree_stays_apart_and_the_scenario_keeps_its_
         assert first.body.get("support", {"runs": 1}) == {"runs": 1}
         assert second.run_id == "run_b"
         assert first.state == second.state == "ready"
+
+
+async def test_stats_count_every_run_a_scenario_rests_on(tmp_path: Path, pool: EvaluatorPool) -> None:
+    async with local(tmp_path, pool) as lo:
+        await lo.record("run_a", ASK.format(region="eu-west-1"), pick("eu-west-1", FIRST_AND_TOP, "dev-100"))
+        await lo.record("run_b", ASK.format(region="us-east-1"), pick("us-east-1", TOP_NOT_FIRST, "dev-201"))
+        # A run of another task: its scenario rests on it alone.
+        await lo.record("run_c", "show device dev-007", [("mcp__fleet__get_device", {"id": "dev-007"}, {"id": "x"})])
+        lines = {line["scenarioId"]: line for line in stats_of(lo.store, None)["scenarios"]}
+        by_run = {s.run_id: s.id for s in lo.scenarios()}
+        assert len(lines) == 2
+        assert lines[by_run["run_b"]]["runs"] == 2
+        assert lines[by_run["run_c"]]["runs"] == 1
 
 
 async def test_a_step_only_one_run_made_is_left_out_as_exploration(tmp_path: Path, pool: EvaluatorPool) -> None:

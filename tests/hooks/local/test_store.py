@@ -205,7 +205,34 @@ def test_past_its_limit_the_store_prunes_its_oldest_runs_and_keeps_what_a_ready_
     store.close()
 
 
-def test_a_full_disk_refuses_the_write_as_store_full_and_loses_what_was_there(tmp_path: Path) -> None:
+def test_pruning_leaves_a_run_still_being_recorded_and_takes_one_left_open_for_a_day(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store.db")
+    now = 1_000_000.0
+    for i in range(10):
+        store.create_run(f"run_{i}", project="/p", input="x" * 10_000, now=now - 100 + i)
+        store.finish_run(f"run_{i}", {"output": "done"}, now=now - 100 + i)
+        store.put_scenario(
+            f"scn_{i}",
+            project="/p",
+            run_id=f"run_{i}",
+            state="ready",
+            reason=None,
+            body={},
+            template=None,
+            normalized=None,
+        )
+    # No ready scenario rests on these yet: the one being recorded now, and one its turn left open long ago.
+    store.create_run("run_recording", project="/p", input="x" * 10_000, now=now)
+    store.create_run("run_abandoned", project="/p", input="x" * 10_000, now=now - 2 * 24 * 3600)
+    removed = store.prune(60_000, now=now)
+    assert "run_recording" not in removed
+    assert removed[0] == "run_abandoned"
+    assert store.run("run_recording") is not None
+    assert store.add_step("run_recording", 0, "Read", {"stepIndex": 0, "toolName": "Read"}) == "open"
+    store.close()
+
+
+def test_a_full_disk_refuses_the_write_as_store_full_and_keeps_what_was_there(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     Store(path).close()
     with sqlite3.connect(path) as conn:
