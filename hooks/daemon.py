@@ -34,6 +34,7 @@ from bir.core.stall import CLEAR_EVERY_S, clear_stalled
 from bir.evaluator import EvaluatorPool
 from bir.hooks.discovery import read_discovery, remove_discovery, write_discovery
 from bir.hooks.local import local_client, wants_local
+from bir.hooks.local.store import StoreError
 from bir.hooks.server.control import ControlServer
 from bir.hooks.server.hellos import HelloBook
 from bir.hooks.server.work_queue import ProxyWorkQueue
@@ -251,7 +252,7 @@ def _revive(argv: Sequence[str]) -> int:
     _route_uvicorn_logs()
     try:
         return asyncio.run(_serve(project, args.port, quiet_if_running=True))
-    except (OSError, RuntimeError, ValueError) as exc:
+    except (OSError, RuntimeError, ValueError, StoreError) as exc:
         log_event("control.revive_failed", project=str(project), error=f"{type(exc).__name__}: {exc}")
         return 1
     except KeyboardInterrupt:
@@ -282,8 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _route_uvicorn_logs()
     try:
         return asyncio.run(_serve(project, args.port))
-    except (OSError, RuntimeError, ValueError) as exc:
-        # ConfigError is a ValueError: one line naming the variable, never a traceback.
+    except (OSError, RuntimeError, ValueError, StoreError) as exc:
+        # ConfigError is a ValueError, a refused home a HomeError and a refused local store a StoreError:
+        # one line naming the file or the variable, never a traceback.
         sys.stderr.write(f"bir-hooks: {exc}\n")
         return 1
     except KeyboardInterrupt:

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import os
 import shlex
 import sys
@@ -29,10 +28,10 @@ from bir.evaluator import walls
 from bir.hooks import api
 from bir.hooks.commands.probes import Serving, serving
 from bir.hooks.commands.progress import for_command
-from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag
+from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag, write_json
 from bir.hooks.commands.status import StatusFacts
 from bir.hooks.commands.status import gather as gather_status
-from bir.hooks.commands.term import ago, paint, wants_colour
+from bir.hooks.commands.term import ago, paint, shown, wants_colour
 from bir.hooks.wiring import (
     HookStyle,
     InstallError,
@@ -615,7 +614,8 @@ def run(args: argparse.Namespace) -> int:
         facts = asyncio.run(gather(args.project))
     diagnosis = diagnose(facts)
     if args.json:
-        sys.stdout.write(json.dumps(render_json(facts, diagnosis), indent=2, ensure_ascii=False) + "\n")
+        write_json(render_json(facts, diagnosis), sys.stdout)
     else:
-        sys.stdout.write(render_text(facts, diagnosis, wants_colour(sys.stdout)) + "\n")
+        colour = wants_colour(sys.stdout)
+        sys.stdout.write(shown(render_text(facts, diagnosis, colour), colour) + "\n")
     return EXIT_FAILED if diagnosis.broken else EXIT_OK

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from bir.core import config
 from bir.core.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_USAGE
 from bir.core.log import log_to_file, logs_dir
-from bir.hooks.commands.term import paint, wants_colour
+from bir.core.printable import printable, printable_json
+from bir.hooks.commands.term import paint, shown, wants_colour
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -82,16 +83,17 @@ def print_result(result: CommandResult, as_json: bool, out: TextIO) -> int:
     if as_json:
         write_json(result.to_json(), out)
         return result.exit_code
+    # The words carry names, intents and outputs that came from tools and services: never an escape sequence.
     colour = wants_colour(out)
-    out.write(result.text + "\n")
+    out.write(shown(result.text, colour) + "\n")
     for warning in result.warnings:
-        out.write(paint("warning: ", "yellow", colour) + warning + "\n")
+        out.write(paint("warning: ", "yellow", colour) + printable(warning) + "\n")
     return result.exit_code
 
 
 def write_json(document: Mapping[str, Any], out: TextIO) -> None:
-    """The one JSON document a ``--json`` command prints."""
-    out.write(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
+    """The one JSON document a ``--json`` command prints (no raw control character, ``printable_json``)."""
+    out.write(printable_json(json.dumps(document, indent=2, ensure_ascii=False, default=str)) + "\n")
 
 
 def print_refusal(name: str, code: str, message: str, *, as_json: bool, out: TextIO, err: TextIO) -> None:
@@ -99,7 +101,7 @@ def print_refusal(name: str, code: str, message: str, *, as_json: bool, out: Tex
     if as_json:
         write_json({"error": code, "message": message}, out)
     else:
-        err.write(f"{name}: {message}\n")
+        err.write(f"{name}: {printable(message)}\n")
 
 
 def log_for_later(name: str = "bir.log") -> None:

@@ -29,6 +29,7 @@ from bir.core.errors import LogicError
 from bir.core.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MISSING_TARGET, EXIT_OK, EXIT_USAGE
 from bir.core.log import log_to_file, logs_dir, restored, set_stream
 from bir.core.paths import resolve_project
+from bir.core.printable import printable, printable_json
 from bir.core.scenario_api import EDIT_PREFIX, RUN_PREFIX, SCENARIO_PREFIX, Reply, ScenarioApi
 from bir.core.service import ServiceClient, ServiceError
 from bir.core.truncate import one_line
@@ -43,6 +44,7 @@ from bir.hooks.commands.result import (
     print_result,
     project_flag,
     verbose_flag,
+    write_json,
 )
 from bir.hooks.commands.scenario_render import (
     Style,
@@ -55,7 +57,7 @@ from bir.hooks.commands.scenario_render import (
     render_scenario,
     render_step,
 )
-from bir.hooks.commands.term import wants_colour
+from bir.hooks.commands.term import shown, wants_colour
 from bir.hooks.local import local_client, open_local_service, wants_local
 from bir.hooks.local.store import StoreError
 
@@ -228,13 +230,13 @@ class _Io:
     verbose: bool = False
 
     def say(self, text: str) -> None:
-        self.out.write(text + "\n")
+        self.out.write(shown(text, self.style.enabled) + "\n")
 
     def warn(self, text: str) -> None:
         """Words for a person on stderr; with ``--json`` the document carries them (``--verbose``: both)."""
         if self.as_json and not self.verbose:
             return
-        self.err.write(f"{self.name}: {text}\n")
+        self.err.write(f"{self.name}: {printable(text)}\n")
 
     def refuse(self, code: str, text: str) -> None:
         """A refusal of our own: its document with ``--json``, and its words."""
@@ -247,10 +249,10 @@ class _Io:
         if reply.data() is None:
             self.json_doc({"error": "bad_answer", "status": reply.status, "message": "the answer is not JSON"})
         else:
-            self.out.write(reply.text().rstrip("\n") + "\n")
+            self.out.write(printable_json(reply.text().rstrip("\n")) + "\n")
 
     def json_doc(self, doc: Mapping[str, Any]) -> None:
-        self.out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+        write_json(doc, self.out)
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:

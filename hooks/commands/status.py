@@ -22,13 +22,14 @@ from bir.core import credentials, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.off_switch import OffState, read_off
 from bir.core.paths import resolve_project
+from bir.core.printable import printable
 from bir.core.urls import display_url
 from bir.hooks import api
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck, check_service, control_facts
 from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag, write_json
 from bir.hooks.commands.switches import ReplayView, describe_allow, replay_view, server_log
-from bir.hooks.commands.term import ago, paint, wants_colour
+from bir.hooks.commands.term import ago, paint, shown, wants_colour
 from bir.hooks.discovery import Discovery, all_discoveries
 from bir.hooks.local import store_summary, wants_local
 from bir.hooks.wiring import Unwrapped, unwrapped_servers
@@ -349,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             write_json({"servers": [row.to_json() for row in rows]}, sys.stdout)
         else:
-            sys.stdout.write(render_all(rows) + "\n")
+            sys.stdout.write(printable(render_all(rows)) + "\n")
         return EXIT_OK
     with for_command(args) as progress:
         progress("asking the control server and the service…")
@@ -358,5 +359,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(render_json(facts), sys.stdout)
     else:
-        sys.stdout.write(render_text(facts, wants_colour(sys.stdout)) + "\n")
+        colour = wants_colour(sys.stdout)
+        sys.stdout.write(shown(render_text(facts, colour), colour) + "\n")
     return EXIT_FAILED if broken else EXIT_OK

@@ -11,6 +11,10 @@ What it promises, and how:
 - **Never somebody else's file**: a file that is not SQLite, or a SQLite file with another
   ``application_id``, is refused with a message that names it; one that fails ``quick_check`` is
   refused as corrupt. Neither is ever written to. A store from a newer bir is refused too.
+- **Never through a planted link**: the folder is made and checked by ``core.home_files.private_dir``
+  (0700, this user's); the store and its ``-wal``/``-shm``/``-journal`` files must be regular files of
+  this user with no other name (a symlink, a FIFO or a hard link is refused in one line) before SQLite
+  opens them by name, and the store is the same file after it did.
 - **Bounded**: ``prune`` removes the oldest runs (those no ready scenario rests on first) until the
   store's recorded bytes are under its limit (``BIR_LOCAL_STORE_MB``).
 - **A full disk** raises ``StoreFull``: the route answers 503 and the outbox tries again later.
@@ -23,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
+from bir.core.home_files import HomeError, open_private, private_dir
 from bir.hooks.local import schema
 
 SQLITE_HEADER: Final = b"SQLite format 3\x00"
@@ -163,17 +170,41 @@ def default_path(home: Path) -> Path:
     return home / "local" / "store.db"
 
 
-def _check_existing(path: Path) -> None:
+# SQLite's own files beside the store: each is opened by SQLite by name, so each is checked first.
+SIDECARS: Final = ("-wal", "-shm", "-journal")
+
+
+def _refusal(exc: OSError, path: Path) -> StoreError:
+    if isinstance(exc, HomeError):
+        return StoreError(f"the local store cannot be used: {exc}")
+    return StoreError(f"the local store {path} cannot be opened: {exc.strerror or exc}")
+
+
+def _open_file(path: Path) -> tuple[int, bool]:
+    """``path`` opened for reading without following a link or blocking on a FIFO (a regular file of this
+    user), created 0600 when missing; and whether it was created."""
+    try:
+        try:
+            return open_private(path, "read"), False
+        except FileNotFoundError:
+            try:
+                return open_private(path, "new"), True
+            except FileExistsError:
+                return open_private(path, "read"), False  # made meanwhile by another process: checked alike
+    except OSError as exc:
+        raise _refusal(exc, path) from None
+
+
+def _inspect(fd: int, path: Path, created: bool) -> os.stat_result:
     """Refuse a file that is not ours before SQLite touches it (opening may create a WAL beside it)."""
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return
-    if size == 0:
-        return
-    with path.open("rb") as handle:
-        header = handle.read(100)
-    if not header.startswith(SQLITE_HEADER):
+        info = os.fstat(fd)
+        header = b"" if created else os.pread(fd, 100, 0)
+    except OSError as exc:
+        raise _refusal(exc, path) from None
+    if info.st_nlink > 1:
+        raise StoreError(f"{path} has other names (hard links); bir writes only files of its own")
+    if header and not header.startswith(SQLITE_HEADER):
         raise StoreError(
             f"{path} is not a bir store (not an SQLite database); bir leaves it as it is. "
             "Move it aside and bir starts a new store there."
@@ -185,6 +216,48 @@ def _check_existing(path: Path) -> None:
                 f"{path} is another program's SQLite database (application_id {app_id:#x}), not a bir store; "
                 "bir leaves it as it is. Move it aside and bir starts a new store there."
             )
+    return info
+
+
+def _claim(path: Path) -> tuple[int, os.stat_result]:
+    """The store file's descriptor and what it is, checked (``_open_file``, ``_inspect``)."""
+    fd, created = _open_file(path)
+    try:
+        return fd, _inspect(fd, path, created)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_sidecars(path: Path) -> None:
+    """Refuse a WAL, shared-memory or journal file beside the store that is not a regular file of this user:
+    SQLite would open (and write) whatever a planted link points to."""
+    for suffix in SIDECARS:
+        side = path.with_name(path.name + suffix)
+        try:
+            info = os.lstat(side)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise _refusal(exc, side) from None
+        if stat.S_ISLNK(info.st_mode):
+            raise StoreError(f"{side} is a symbolic link; bir does not follow links in its home. Remove it.")
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(f"{side} is not a regular file; move it away and bir makes its own")
+        if info.st_uid != os.geteuid():
+            raise StoreError(
+                f"{side} is owned by another user (uid {info.st_uid}); bir keeps its state only in its own files"
+            )
+        if info.st_nlink > 1:
+            raise StoreError(f"{side} has other names (hard links); bir writes only files of its own")
+
+
+def _same_file(path: Path, info: os.stat_result) -> bool:
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(now.st_mode) and (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino)
 
 
 class Store:
@@ -196,21 +269,36 @@ class Store:
 
     def __init__(self, path: Path, *, max_page_count: int | None = None) -> None:
         self.path = path
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _check_existing(path)
+        # The folder is this user's alone (0700, checked), so nobody else can plant a file in it once the
+        # checks below have passed; Python's sqlite3 cannot pass SQLITE_OPEN_NOFOLLOW, so they come first.
         try:
-            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise _translate(exc, path) from None
-        self._conn = conn
-        self._lock = threading.RLock()
+            private_dir(path.parent)
+        except OSError as exc:
+            raise _refusal(exc, path.parent) from None
+        fd, info = _claim(path)
         try:
-            self._prepare(max_page_count)
-        except BaseException:
-            conn.close()
-            raise
-        with contextlib.suppress(OSError):
-            path.chmod(0o600)
+            _check_sidecars(path)
+            try:
+                conn = sqlite3.connect(
+                    path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+                )
+            except sqlite3.Error as exc:
+                raise _translate(exc, path) from None
+            if not _same_file(path, info):
+                conn.close()
+                raise StoreError(f"{path} was replaced while bir opened it; bir leaves it as it is")
+            self._conn = conn
+            self._lock = threading.RLock()
+            try:
+                self._prepare(max_page_count)
+            except BaseException:
+                conn.close()
+                raise
+            if stat.S_IMODE(info.st_mode) & 0o077:
+                with contextlib.suppress(OSError):
+                    os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
 
     # --- opening ----------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from bir.core.log import log_event
 from bir.hooks import api
 from bir.hooks.discovery import Discovery
 from bir.hooks.server.hellos import HelloBook
-from bir.hooks.server.listener import KEEP_ALIVE_S, ConnectionBook, protocol_for
+from bir.hooks.server.listener import KEEP_ALIVE_S, LISTEN_BACKLOG, ConnectionBook, protocol_for
 from bir.hooks.server.routes import ReceivedStep, SessionHandler, build_app
 from bir.hooks.server.work_queue import ProxyWorkQueue
 
@@ -239,7 +239,9 @@ class ControlServer:
         if self._server is not None:
             raise RuntimeError("the control server is already started")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.create_server((host, port), family=family, backlog=128)
+        # A deep backlog (the kernel caps it at net.core.somaxconn; uvicorn listens again with it): a local
+        # flood of connects must not fill the queue a hook's connect waits in before the server accepts it.
+        sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
         # create_server leaves the protocol number 0, so asyncio does not set TCP_NODELAY on accepted
         # sockets; without it every long-poll answer waits ~40 ms for a delayed ACK. Linux passes the
         # option on to accepted sockets.
@@ -259,6 +261,7 @@ class ControlServer:
             timeout_keep_alive=KEEP_ALIVE_S,
             # No 503 for everyone once connections pile up: the listener evicts the untrusted ones.
             limit_concurrency=None,
+            backlog=LISTEN_BACKLOG,
             # The peer address is the socket's: no header may change what the loopback check sees.
             proxy_headers=False,
         )

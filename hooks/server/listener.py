@@ -9,9 +9,15 @@ without, answer 503 for as long as they stayed open. So here:
   or of the first byte after a keep-alive wait; past that the connection is closed, however slowly it
   trickles bytes;
 - no concurrency limit answers 503: a connection that has not yet shown the bearer token is
-  *untrusted*, and past ``MAX_UNTRUSTED`` of them the oldest is closed to make room, so they can never
-  take the place of a hook's or a proxy's connection (once a request on it passed the token check, the
-  route guard marks it trusted);
+  *untrusted*, and past ``MAX_UNTRUSTED`` of them the oldest *silent* one (no byte of a request since it
+  opened, or since its last answer, for ``SPEAK_GRACE_S``) is closed to make room, so they can never take
+  the place of a hook's or a proxy's connection (once a request on it passed the token check, the route
+  guard marks it trusted). A hook's brand-new connection is untrusted until its request reaches the
+  guard, and a churning flood of connections that never send a byte closed it there before, between
+  its accept and its first byte (uvicorn accepts a whole backlog in one go) or while its request was on
+  its way. Now a connection that sends a request is never evicted by newer ones (the read deadline
+  holds it instead), and a new one has its grace to speak. Only past ``max_open`` untrusted connections
+  (what the process's open-file limit leaves room for, ``fd_room``) is the oldest closed regardless;
 - uvicorn's keep-alive wait stays, at ``KEEP_ALIVE_S``.
 
 The protocol is uvicorn's h11 one with those hooks; h11 bounds the size of a request's head itself.
@@ -20,8 +26,10 @@ The protocol is uvicorn's h11 one with those hooks; h11 bounds the size of a req
 from __future__ import annotations
 
 import asyncio
+import resource
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from typing import Any, Final
 
 import h11
@@ -32,42 +40,150 @@ from bir.core.log import log_event
 REQUEST_READ_S: Final = 5.0
 KEEP_ALIVE_S: Final = 5
 MAX_UNTRUSTED: Final = 256
+# A new connection's time to send its first byte before newer ones may evict it: an honest client sends at
+# once, a loaded machine can hold it back a few hundred milliseconds.
+SPEAK_GRACE_S: Final = 1.0
+# Past the ceiling, the least a connection is given.
+CEILING_GRACE_S: Final = 0.1
+# Untrusted connections past which the oldest is closed whatever it is doing (file descriptors are finite),
+# and the descriptors kept for everything else the server opens.
+MAX_OPEN: Final = 4 * MAX_UNTRUSTED
+RESERVED_FDS: Final = 256
+# The connections the kernel queues before the server accepts them, and so the most uvicorn accepts in one
+# loop pass (asyncio accepts up to the backlog at a time).
+LISTEN_BACKLOG: Final = 1024
+# Loop passes from a connection's accept until a byte it had sent is surely read: its transport registers
+# its reader in the pass after ``connection_made``, the pass after that selects it, the next one reads.
+_PASSES_TO_READ: Final = 3
 # Closed connections are logged as counts, at most this often: a flood must not become a flood of lines.
 _LOG_EVERY_S: Final = 5.0
 
 Peer = tuple[str, int]
 
 
-class ConnectionBook:
-    """The open connections of one server that have not shown the token yet, oldest first."""
+def fd_room(wanted: int = MAX_OPEN) -> int:
+    """How many untrusted connections this process can hold open, up to ``wanted``: the soft limit of open
+    files is raised toward the hard one for it (a server's right), less one accept burst (a connection past
+    the ceiling waits one for its bytes) and ``RESERVED_FDS``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + LISTEN_BACKLOG + RESERVED_FDS
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(hard, need)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(MAX_UNTRUSTED, min(wanted, soft - LISTEN_BACKLOG - RESERVED_FDS))
 
-    def __init__(self, max_untrusted: int = MAX_UNTRUSTED) -> None:
+
+class ConnectionBook:
+    """The open connections of one server that have not shown the token yet, oldest first: the silent ones
+    (evictable once past their grace) and those sending a request (never evicted by newer ones).
+
+    Kept by connection, not by peer address: on loopback the kernel reuses a closed connection's port at
+    once (``tcp_tw_reuse``), so a hook's new connection can have the address of a flood's that the server
+    has not seen close yet; keyed by address, the hook's took the old one's place in the queue and was
+    evicted as the oldest.
+    """
+
+    def __init__(
+        self,
+        max_untrusted: int = MAX_UNTRUSTED,
+        max_open: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_untrusted = max_untrusted
-        self._untrusted: OrderedDict[Peer, BoundedH11] = OrderedDict()
+        self.max_open = max(max_untrusted, fd_room() if max_open is None else max_open)
+        self._clock = clock
+        # Per silent connection: when it opened (or was last answered), and the loop pass it opened in.
+        self._silent: OrderedDict[BoundedH11, tuple[float, int]] = OrderedDict()
+        self._speaking: OrderedDict[BoundedH11, None] = OrderedDict()
+        # The newest connection from each address: the one a request the route guard sees came on.
+        self._by_peer: dict[Peer, BoundedH11] = {}
         self.dropped: Counter[str] = Counter()
         self._unlogged: Counter[str] = Counter()
         self._logged_at = 0.0
+        self._pass = 0
+        self._ticking = False
+        self._sweep: asyncio.TimerHandle | None = None
 
     @property
     def untrusted(self) -> int:
-        return len(self._untrusted)
+        return len(self._silent) + len(self._speaking)
 
-    def opened(self, peer: Peer | None, protocol: BoundedH11) -> None:
-        if peer is None:
-            return
-        self._untrusted[peer] = protocol
-        while len(self._untrusted) > self.max_untrusted:
-            _, oldest = self._untrusted.popitem(last=False)
-            oldest.drop("evicted")
+    def opened(self, protocol: BoundedH11) -> None:
+        peer = protocol.peer()
+        if peer is not None:
+            self._by_peer[peer] = protocol
+        self._silent[protocol] = (self._clock(), self._pass)
+        self._make_room()
+
+    def speaking(self, protocol: BoundedH11) -> None:
+        """``protocol`` received a byte of a request: newer connections do not evict it."""
+        if self._silent.pop(protocol, None) is not None:
+            self._speaking[protocol] = None
+
+    def silent(self, protocol: BoundedH11) -> None:
+        """``protocol`` was answered and waits (untrusted): evictable again after its grace."""
+        if protocol in self._speaking:
+            del self._speaking[protocol]
+            self._silent[protocol] = (self._clock(), self._pass)
 
     def trust(self, peer: Peer | None) -> None:
-        """A request on the connection from ``peer`` showed the token: it is never evicted."""
-        if peer is not None:
-            self._untrusted.pop(peer, None)
+        """A request on the (newest) connection from ``peer`` showed the token: it is never evicted."""
+        protocol = None if peer is None else self._by_peer.get(peer)
+        if protocol is not None:
+            self._silent.pop(protocol, None)
+            self._speaking.pop(protocol, None)
 
-    def closed(self, peer: Peer | None) -> None:
-        if peer is not None:
-            self._untrusted.pop(peer, None)
+    def closed(self, protocol: BoundedH11) -> None:
+        self._silent.pop(protocol, None)
+        self._speaking.pop(protocol, None)
+        peer = protocol.peer()
+        if peer is not None and self._by_peer.get(peer) is protocol:
+            del self._by_peer[peer]
+
+    def _swept(self) -> None:
+        self._sweep = None
+        self._make_room()
+
+    def _tick(self) -> None:
+        self._ticking = False
+        self._pass += 1
+        self._make_room()
+
+    def _make_room(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = self._clock()
+        while self.untrusted > self.max_untrusted and self._silent:
+            oldest, (since, _) = next(iter(self._silent.items()))
+            if since > now - SPEAK_GRACE_S:
+                # Every silent one is within its grace to speak: look again when the oldest's ends, so the
+                # limit holds even if no other connection comes meanwhile.
+                if self._sweep is None:
+                    self._sweep = loop.call_later(since + SPEAK_GRACE_S - now, self._swept)
+                break
+            self._evict(oldest)
+        # Past the ceiling a silent connection goes without its grace, but only once the loop has looked for
+        # its bytes: uvicorn accepts a whole backlog in one pass, a hook's among them, before reading any.
+        while self.untrusted > self.max_open and self._silent:
+            oldest, (since, opened_in) = next(iter(self._silent.items()))
+            if opened_in + _PASSES_TO_READ > self._pass or since > now - CEILING_GRACE_S:
+                if not self._ticking:
+                    self._ticking = True
+                    loop.call_soon(self._tick)
+                break
+            self._evict(oldest)
+        while len(self._speaking) > self.max_open:
+            self._evict(next(iter(self._speaking)))
+
+    def _evict(self, protocol: BoundedH11) -> None:
+        self._silent.pop(protocol, None)
+        self._speaking.pop(protocol, None)
+        protocol.drop("evicted")
 
     def note_dropped(self, why: str) -> None:
         """Count a connection the server closed (``evicted``: the oldest without the token; ``slow``: no
@@ -77,7 +193,7 @@ class ConnectionBook:
         now = time.monotonic()
         if now - self._logged_at >= _LOG_EVERY_S:
             self._logged_at = now
-            log_event("control.connections_dropped", **dict(self._unlogged), untrusted=len(self._untrusted))
+            log_event("control.connections_dropped", **dict(self._unlogged), untrusted=self.untrusted)
             self._unlogged.clear()
 
 
@@ -93,9 +209,10 @@ class BoundedH11(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
-        self.book.opened(self._peer(), self)
+        self.book.opened(self)
 
     def data_received(self, data: bytes) -> None:
+        self.book.speaking(self)
         super().data_received(data)
         if self.conn.their_state in (h11.IDLE, h11.SEND_BODY):
             # A request is on its way (or the next one after a keep-alive wait): it has until the deadline,
@@ -107,11 +224,12 @@ class BoundedH11(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        self.book.closed(self._peer())
+        self.book.closed(self)
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
         self._disarm()
+        self.book.silent(self)
         super().on_response_complete()
 
     def drop(self, why: str) -> None:
@@ -121,7 +239,7 @@ class BoundedH11(H11Protocol):
             self.book.note_dropped(why)
             self.transport.close()
 
-    def _peer(self) -> Peer | None:
+    def peer(self) -> Peer | None:
         client = self.client
         return (str(client[0]), int(client[1])) if client is not None else None
 

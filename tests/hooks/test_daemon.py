@@ -141,3 +141,37 @@ async def test_a_running_server_sweeps_bundle_files_past_their_hour_without_anot
             while old.exists():  # noqa: ASYNC110 - the sweep runs on the server's own clock
                 await anyio.sleep(0.02)
     assert fresh.exists()
+
+
+def test_bir_hooks_on_a_planted_store_symlink_exits_in_one_line_and_bir_hook_still_answers(
+    project: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "victim"
+    target.touch()
+    (config.home() / "local").mkdir(mode=0o700)
+    (config.home() / "local" / "store.db").symlink_to(target)
+    env = {**os.environ, "BIR_SERVICE": "local", "BIR_LOGIC_WORKERS": "1"}
+    done = subprocess.run(
+        [str(BIN / "bir-hooks"), "--project", str(project)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "symbolic link" in done.stderr
+    assert target.stat().st_size == 0
+    hook = json.dumps({"hook_event_name": "UserPromptSubmit", "cwd": str(project), "prompt": "hi"})
+    answer = subprocess.run(
+        [str(BIN / "bir-hook"), "UserPromptSubmit"],
+        input=hook,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (answer.returncode, answer.stdout.strip(), answer.stderr) == (0, "{}", "")
+    assert target.stat().st_size == 0

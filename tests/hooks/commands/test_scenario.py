@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -441,6 +442,43 @@ def test_scenario_replay_dry_is_the_services_dry_replay_told_step_by_step(
     assert '  input:  {"id": "d1"}' in lines
     assert "Dry replay done: 2 of 2 steps ran on the recorded outputs." in lines
     assert "  checkedDevices: 1" in lines
+
+
+# Window title, clipboard (OSC 52), clear screen, a C1 CSI and DEL: what a hostile value would send a terminal.
+HOSTILE = "\x1b]0;owned\x07\x1b]52;c;ZWNobyBvd25lZA==\x07\x1b[2J\x9b31m\x7f"
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def test_show_prints_no_escape_sequence_from_a_scenarios_intent(
+    fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.scenarios[SCN]["intent"] = f"list devices{HOSTILE} by risk"
+    code, out, err = bir(capsys, "scenario", "show", SCN)
+    assert code == 0
+    assert "list devices]0;owned]52;c;ZWNobyBvd25lZA==[2J31m by risk" in out
+    assert CONTROLS.search(out + err) is None
+    code, out, _ = bir(capsys, "scenario", "show", SCN, "--json")
+    assert code == 0
+    assert CONTROLS.search(out) is None
+    assert json.loads(out)["intent"] == f"list devices{HOSTILE} by risk"
+
+
+def test_a_dry_replay_prints_no_escape_sequence_from_a_recorded_output_in_words_or_json(
+    fake: FakeBaseIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record_source_run(fake)
+    hostile = json.dumps({"content": [{"type": "text", "text": json.dumps({"id": "d1", "name": f"pump{HOSTILE}"})}]})
+    fake.runs[RUN]["steps"][1]["toolOutput"] = hostile
+    code, out, err = bir(capsys, "scenario", "replay", SCN, "--prompt", PROMPT, "--param", "region=eu-west-1", "--dry")
+    assert (code, err) == (0, "")
+    assert "pump" in out
+    assert CONTROLS.search(out) is None
+    code, out, _ = bir(
+        capsys, "scenario", "replay", SCN, "--prompt", PROMPT, "--param", "region=eu-west-1", "--dry", "--json"
+    )
+    assert code == 0
+    assert CONTROLS.search(out) is None
+    assert json.loads(out)["responseModel"]["device"]["name"] == f"pump{HOSTILE}"
 
 
 def test_scenario_replay_dry_json_prints_the_services_body_unchanged(

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bir.cli import main
+from bir.core import config
 from bir.hooks.local import schema
 from bir.hooks.local.store import Store, StoreError, StoreFull
 from tests.paths import REPO
@@ -109,6 +111,70 @@ def test_a_corrupt_store_is_refused_with_a_clear_message_and_kept(tmp_path: Path
     with pytest.raises(StoreError, match=r"corrupt|cannot be read"):
         Store(path)
     assert path.read_bytes() == before
+
+
+def test_a_planted_symlink_for_the_store_is_refused_and_its_target_never_written(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere" / "victim"
+    target.parent.mkdir()
+    target.touch()
+    home = tmp_path / "home"
+    (home / "local").mkdir(parents=True, mode=0o700)
+    (home / "local" / "store.db").symlink_to(target)
+    with pytest.raises(StoreError, match="symbolic link") as refused:
+        Store(home / "local" / "store.db")
+    assert "\n" not in str(refused.value)
+    assert target.stat().st_size == 0
+    assert sorted(p.name for p in target.parent.iterdir()) == ["victim"]
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+def test_a_planted_symlink_beside_the_store_is_refused_and_its_target_never_written(
+    tmp_path: Path, suffix: str
+) -> None:
+    path = tmp_path / "store.db"
+    Store(path).close()
+    target = tmp_path / "victim"
+    target.touch()
+    (tmp_path / f"store.db{suffix}").symlink_to(target)
+    with pytest.raises(StoreError, match="symbolic link"):
+        Store(path)
+    assert target.stat().st_size == 0
+
+
+def test_a_fifo_for_the_store_is_refused_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    os.mkfifo(path)
+    with pytest.raises(StoreError, match="not a regular file"):
+        Store(path)
+
+
+def test_a_store_folder_others_may_write_to_is_refused_with_its_fix(tmp_path: Path) -> None:
+    folder = tmp_path / "local"
+    folder.mkdir()
+    folder.chmod(0o777)
+    with pytest.raises(StoreError, match="chmod 700"):
+        Store(folder / "store.db")
+    assert not (folder / "store.db").exists()
+
+
+def test_a_new_store_folder_is_made_private(tmp_path: Path) -> None:
+    Store(tmp_path / "home" / "local" / "store.db").close()
+    assert (tmp_path / "home" / "local").stat().st_mode & 0o777 == 0o700
+
+
+def test_bir_stats_on_a_planted_store_symlink_refuses_in_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "victim"
+    target.touch()
+    home = config.home()
+    (home / "local").mkdir(mode=0o700)
+    (home / "local" / "store.db").symlink_to(target)
+    assert main(["stats"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "symbolic link" in err
+    assert target.stat().st_size == 0
 
 
 def test_a_ticket_is_redeemed_once_and_an_unknown_one_is_refused(tmp_path: Path) -> None:

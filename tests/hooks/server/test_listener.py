@@ -19,7 +19,7 @@ import pytest
 from bir.hooks import api
 from bir.hooks.discovery import write_discovery
 from bir.hooks.server.control import ControlServer
-from bir.hooks.server.listener import MAX_UNTRUSTED, REQUEST_READ_S
+from bir.hooks.server.listener import MAX_UNTRUSTED, REQUEST_READ_S, SPEAK_GRACE_S
 from bir.proxy.control_client import ProxyLink
 from tests.hooks.stub_session import StubSession
 
@@ -99,8 +99,11 @@ async def test_six_hundred_idle_connections_never_starve_hooks_or_proxies(
         finally:
             await proxy.aclose()
         assert len(server.step_reports()) == 1
-        # The oldest connections without the token made room; the rest are held to the read deadline.
-        assert server.connections.untrusted <= MAX_UNTRUSTED
+        # The oldest connections without the token made room once their grace to speak was over; the rest
+        # are held to the read deadline.
+        with anyio.fail_after(SPEAK_GRACE_S + 10):
+            while server.connections.untrusted > MAX_UNTRUSTED:  # noqa: ASYNC110 - the server sweeps meanwhile
+                await anyio.sleep(0.01)
         assert server.connections.dropped["evicted"] >= IDLE - MAX_UNTRUSTED
         with anyio.fail_after(REQUEST_READ_S + 10):
             assert await _closed_by_the_server(idle[-1])
@@ -153,3 +156,52 @@ async def test_a_connection_that_showed_the_token_is_never_evicted(server: Contr
         finally:
             for stream in idle:
                 await stream.aclose()
+
+
+# Another process that opens connections in a loop without a byte, holding the newest few hundred and
+# closing the oldest: a churn that keeps the server past its limit of connections without the token.
+CHURN = """
+import collections, socket, sys
+host, port, hold = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+held = collections.deque()
+while True:
+    try:
+        held.append(socket.create_connection((host, port)))
+    except OSError:
+        continue
+    if len(held) > hold:
+        held.popleft().close()
+"""
+
+
+async def test_a_churning_flood_without_the_token_never_costs_a_hook_its_request(server: ControlServer) -> None:
+    assert server.url is not None
+    host, port = _address(server)
+    flood = await anyio.open_process([sys.executable, "-c", CHURN, host, str(port), str(MAX_UNTRUSTED + 150)])
+    try:
+        with anyio.fail_after(60):
+            while server.connections.dropped["evicted"] == 0:  # noqa: ASYNC110 - the flood meanwhile
+                await anyio.sleep(0.01)
+        # Each request on a connection of its own, as every bir-hook process makes one.
+        limits = httpx.Limits(max_keepalive_connections=0)
+        auth = {"Authorization": f"Bearer {server.token}"}
+        body = {"session_id": "s1", "hook_event_name": "PreToolUse", "tool_name": "Bash"}
+        failed: list[str] = []
+        busiest = 0
+        async with httpx.AsyncClient(base_url=server.url, limits=limits, trust_env=False) as http:
+            for _ in range(150):
+                try:
+                    answer = await http.post("/tool/pre", json=body, headers=auth)
+                    if answer.status_code != 200:
+                        failed.append(f"HTTP {answer.status_code}")
+                except httpx.HTTPError as exc:
+                    failed.append(type(exc).__name__)
+                busiest = max(busiest, server.connections.untrusted)
+        evicted = server.connections.dropped["evicted"]
+    finally:
+        flood.kill()
+        await flood.wait()
+    assert failed == []
+    # The flood kept the server past its limit meanwhile, and connections were evicted for it.
+    assert busiest > MAX_UNTRUSTED
+    assert evicted > 0
