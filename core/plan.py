@@ -53,7 +53,7 @@ from bir.core.logic import (
 )
 from bir.core.outcome import ExecutionStage, StepLedger, StepStatus, StepVerdict
 from bir.core.redact import redact_text
-from bir.core.safety import SafetyVerdict, check_derived_values, check_output_values
+from bir.core.safety import SafetyVerdict, check_derived_values, check_output_values, hides_names
 from bir.core.source_run import RecordedOutputs, SourceRun
 from bir.core.step_guard import check_recorded_shape, command_keys
 from bir.core.step_result import (
@@ -750,7 +750,8 @@ class ScenarioReplayPlan:
         if not values.ok or not command_keys(step.tool_name, tool_input):
             return values
         recorded: Mapping[str, Any] | None = tool_input
-        if _READS_VALUES.search(step.tool_input_logic or ""):
+        logic = step.tool_input_logic or ""
+        if _READS_VALUES.search(logic) or hides_names(logic):
             recorded = await self._recorded_input(step)
         return check_recorded_shape(step.tool_name, tool_input, recorded)
 

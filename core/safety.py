@@ -213,11 +213,18 @@ def step_strictness(tool_name: str) -> Strictness:
     return "none"
 
 
+def hides_names(body: str) -> bool:
+    """Whether a body may spell a name without its letters: JavaScript reads ``\\u0061`` (or ``\\u{61}``) in an
+    identifier as ``a``, so ``respP\\u0061rams.file`` reads ``respParams.file`` where no text scan sees it."""
+    return "\\u" in body
+
+
 def resp_params_read(body: str | None) -> frozenset[str] | None:
     """The ``respParams`` keys a ``toolInputLogic`` body names, or None when it may read any of them
-    (``respParams`` passed whole, indexed by a variable, destructured, or ``arguments`` used)."""
+    (``respParams`` passed whole, indexed by a variable, destructured, ``arguments`` used, or a name that
+    may be spelt with escapes, ``hides_names``)."""
     text = body or ""
-    if _ARGUMENTS.search(text):
+    if _ARGUMENTS.search(text) or hides_names(text):
         return None
     names: set[str] = set()
     for found in _RESP_NAME.finditer(text):

@@ -901,6 +901,30 @@ async def test_a_file_naming_a_redirection_never_reaches_the_pinned_command(pool
     assert plan.stopped
 
 
+@pytest.mark.parametrize(
+    "cat",
+    [
+        # An identifier escape spells respParams (or its key) without the letters a text scan looks for.
+        "return { command: 'cat ' + respP\\u0061rams.file };",
+        "return { command: 'cat ' + respParams.fil\\u0065 };",
+        "return { command: 'cat ' + respP\\u{61}rams.file };",
+        "return { command: 'cat ' + respParams['fi' + 'le'] };",
+    ],
+)
+async def test_a_body_that_hides_which_output_values_it_reads_has_them_all_checked(
+    pool: EvaluatorPool, cat: str
+) -> None:
+    plan = make_plan(pool, read_then_cat(cat=cat), {})
+    await plan.tool_input_for_current_step()
+    await plan.apply_output(read_response("README.md > /home/user/.bashrc\n"))
+
+    with pytest.raises(PlanError) as caught:
+        await plan.tool_input_for_current_step()
+
+    assert caught.value.refused_as_unsafe
+    assert statuses(plan)[-1][:2] == (1, "failed")
+
+
 async def test_a_plain_file_name_from_an_earlier_output_is_pinned(pool: EvaluatorPool) -> None:
     plan = make_plan(pool, read_then_cat(), {})
     await plan.tool_input_for_current_step()
