@@ -175,3 +175,55 @@ def test_bir_hooks_on_a_planted_store_symlink_exits_in_one_line_and_bir_hook_sti
     )
     assert (answer.returncode, answer.stdout.strip(), answer.stderr) == (0, "{}", "")
     assert target.stat().st_size == 0
+
+
+def _spoil_file_for_folder(home: Path) -> None:
+    # (A folder bir may not write to would do as well for another user; these tests may run as root.)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (home / "control").write_text("not a folder")
+
+
+def _spoil_shared(home: Path) -> None:
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    home.chmod(0o777)
+
+
+def _spoil_fifo_logs(home: Path) -> None:
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.mkfifo(home / "logs")
+
+
+@pytest.mark.parametrize("spoil", [_spoil_file_for_folder, _spoil_shared, _spoil_fifo_logs])
+def test_bir_hooks_in_a_home_it_cannot_use_exits_in_one_line_and_bir_hook_still_answers(
+    project: Path, tmp_path: Path, spoil: object
+) -> None:
+    home = tmp_path / "spoilt-home"
+    assert callable(spoil)
+    spoil(home)
+    env = {**os.environ, "BIR_HOME": str(home), "BIR_LOGIC_WORKERS": "1"}
+    try:
+        done = subprocess.run(
+            [str(BIN / "bir-hooks"), "--project", str(project)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        hook = json.dumps({"hook_event_name": "UserPromptSubmit", "cwd": str(project), "prompt": "hi"})
+        answer = subprocess.run(
+            [str(BIN / "bir-hook"), "UserPromptSubmit"],
+            input=hook,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        home.chmod(0o700)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert str(home) in done.stderr
+    assert (answer.returncode, answer.stdout.strip(), answer.stderr) == (0, "{}", "")
