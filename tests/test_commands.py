@@ -69,6 +69,7 @@ def service() -> Iterator[FakeBaseIn]:
         ["bench", "eval", "--json", "--calls", "many"],
         ["scenario", "show", "--json"],
         ["down", "--json", "--all", "extra"],
+        ["learn", "--json", "--since", "notadate"],
     ],
     ids=lambda argv: " ".join(argv[:2]),
 )
@@ -81,6 +82,45 @@ def test_a_usage_error_with_json_is_one_document_on_stdout_and_nothing_on_stderr
     assert doc["error"] == "usage"
     assert doc["message"].startswith("bir ")
     assert doc["usage"].startswith("usage: bir")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "exit_code", "error"),
+    [
+        (["learn", "--json", "--project", "/nonexistent"], {}, 1, "failed"),
+        (["learn", "--json"], {"BIR_SERVICE": "remote"}, 1, "remote_service"),
+        (["stats", "--json"], {"BIR_SERVICE": "remote"}, 1, "remote_service"),
+        (["stats", "--json"], {"BROKEN_STORE": "1"}, 1, "store_unusable"),
+        (["scenario", "list", "--json"], {"BROKEN_STORE": "1"}, 1, "store_unusable"),
+        (["scenario", "import", "/nonexistent", "--json"], {}, 2, "usage"),
+        (["scenario", "export", "/nonexistent/store.json", "--json"], {}, 2, "usage"),
+    ],
+    ids=[
+        "learn no project",
+        "learn remote",
+        "stats remote",
+        "stats broken store",
+        "scenario list broken store",
+        "scenario import",
+        "scenario export",
+    ],
+)
+def test_a_command_added_late_refuses_with_json_in_one_document_and_nothing_on_stderr(
+    demo: Sandbox, argv: list[str], env: dict[str, str], exit_code: int, error: str
+) -> None:
+    if env.pop("BROKEN_STORE", None):
+        (demo.bir_home / "local").mkdir(parents=True, exist_ok=True)
+        (demo.bir_home / "local" / "store.db").write_text("not a database\n")
+    done = demo.bir(*argv, env=env)
+    assert (done.returncode, done.stderr) == (exit_code, "")
+    doc = json.loads(done.stdout)
+    assert doc["error"] == error
+    assert doc["message"]
+    # Without --json the same refusal is one sentence on stderr, named by its command.
+    words = demo.bir(*[a for a in argv if a != "--json"], env=env)
+    assert (words.returncode, words.stdout) == (exit_code, "")
+    assert words.stderr.startswith("bir ")
+    assert doc["message"] in words.stderr
 
 
 def test_a_refusal_and_a_bad_variable_with_json_are_one_document_on_stdout(demo: Sandbox) -> None:
