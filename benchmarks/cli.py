@@ -141,11 +141,11 @@ def _run(args: argparse.Namespace, progress: Progress) -> int:
     if args.bench_target == "match":
         from bir.benchmarks.match_bench import run_match_bench
 
-        return run_match_bench(quick=args.quick, as_json=args.json)
+        return run_match_bench(quick=args.quick, as_json=args.json, progress=progress)
     if args.bench_target == "workload":
         from bir.benchmarks.workload import run_workload_bench
 
-        return run_workload_bench(quick=args.quick, as_json=args.json)
+        return run_workload_bench(quick=args.quick, as_json=args.json, progress=progress)
     from bir.benchmarks.proxy_bench import run_proxy_bench
 
     return run_proxy_bench(quick=args.quick, as_json=args.json, progress=progress)

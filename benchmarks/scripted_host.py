@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 import anyio
 import anyio.lowlevel
@@ -87,12 +87,13 @@ class ScriptedHost:
         replay: bool = True,
         find: Any = None,
         unwrapped: Collection[str] = (),
+        errlog: TextIO | None = None,
     ) -> AsyncIterator[ScriptedHost]:
         """A control server for ``project`` on the local service, and a proxied MCP session for each of
         ``servers`` (name → the command that runs it), until the block ends. A server named in ``unwrapped``
         is spoken to directly, as Claude Code does with a server bir does not wrap: no proxy, and its hooks
         see only the content array. ``find`` replaces the local service's matcher (the benchmark's
-        "service's rule").
+        "service's rule"). What the servers write on stderr goes to ``errlog`` (by default this stderr).
 
         Raises:
             RuntimeError: a server did not start or its proxy never registered.
@@ -128,7 +129,7 @@ class ScriptedHost:
                 proxy = [sys.executable, "-m", "bir.proxy", "--server-name", name, "--project", str(project), "--"]
                 argv = [*proxy, *command] if wrapped else list(command)
                 params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(project))
-                read, write = await stack.enter_async_context(stdio_client(params))
+                read, write = await stack.enter_async_context(stdio_client(params, errlog or sys.stderr))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 sessions[name] = session

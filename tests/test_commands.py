@@ -238,6 +238,31 @@ def test_a_bench_shows_what_it_is_timing_on_a_terminal(demo: Sandbox) -> None:
     assert terminal.endswith("\r\x1b[K")
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["bench", "match", "--quick"], "bir bench match: matching prompts 1-20 of 60…"),
+        (["bench", "workload", "--quick"], "bir bench workload: rule 1 of 2 (ours, 1 run): prompt 1 of "),
+        (["demo"], "bir demo: waiting for turn one's scenario being calculated…"),
+    ],
+    ids=lambda value: " ".join(value[:2]) if isinstance(value, list) else None,
+)
+def test_a_long_command_shows_what_it_is_doing_on_a_terminal(demo: Sandbox, argv: list[str], said: str) -> None:
+    code, out, terminal = on_a_terminal(demo, ["bir", *argv])
+    assert code == 0, out
+    assert said in terminal
+    assert terminal.endswith("\r\x1b[K")  # erased before the account is printed
+    assert "\r" not in out
+
+
+@pytest.mark.parametrize("argv", [["bench", "workload", "--quick"], ["demo"]], ids=" ".join)
+def test_without_a_terminal_a_long_command_prints_no_progress_and_no_log_line(demo: Sandbox, argv: list[str]) -> None:
+    done = demo.bir(*argv)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "\r" not in done.stdout
+    assert "\x1b[K" not in done.stdout
+
+
 def interrupted(demo: Sandbox, *extra: str) -> subprocess.CompletedProcess[str]:
     """``bir replay`` of the slow scenario, Ctrl-C (SIGINT to its process group) while step 3 is in flight."""
     (demo.project / "slow.json").write_text(json.dumps(SLOW))
