@@ -136,6 +136,32 @@ def test_a_refusal_and_a_bad_variable_with_json_are_one_document_on_stdout(demo:
     }
 
 
+def test_doctor_lists_a_bad_variable_among_its_findings_and_exits_as_its_help_says(demo: Sandbox) -> None:
+    bad = {"BIR_STEP_TIMEOUT_MS": "abc"}
+    helped = demo.bir("doctor", "--help")
+    assert "1    something is broken (each finding says what fixes it)" in helped.stdout
+    done = demo.bir("doctor", "--json", env=bad)
+    assert (done.returncode, done.stderr) == (1, "")
+    report = json.loads(done.stdout)
+    assert report["broken"] is True
+    [config] = [f for f in report["findings"] if f["topic"] == "config"]
+    assert config["level"] == "broken"
+    assert config["text"].startswith("BIR_STEP_TIMEOUT_MS must be a whole number, got 'abc'")
+    assert "BIR_STEP_TIMEOUT_MS" in config["fix"]
+    # The rest of the report is still there: one bad value does not hide the others.
+    topics = {f["topic"] for f in report["findings"]}
+    assert {"install", "service", "evaluator"} <= topics
+    words = demo.bir("doctor", env=bad)
+    assert (words.returncode, words.stderr) == (1, "")
+    assert "✗ BIR_STEP_TIMEOUT_MS must be a whole number, got 'abc'" in words.stdout
+    assert "fix: unset BIR_STEP_TIMEOUT_MS" in words.stdout
+    assert "\nservice\n" in words.stdout
+    assert "\nevaluator\n" in words.stdout
+    # Without the bad value the config finding is gone.
+    fine = json.loads(demo.bir("doctor", "--json").stdout)
+    assert "config" not in {f["topic"] for f in fine["findings"]}
+
+
 def test_without_verbose_no_log_line_reaches_stderr_and_with_it_they_do(demo: Sandbox) -> None:
     nobody = {"BIR_AUTH_URL": "http://127.0.0.1:9"}
     quiet = demo.bir("status", "--json", env=nobody)
