@@ -10,7 +10,7 @@ import pty
 import select
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -18,6 +18,7 @@ import pytest
 
 from bir.benchmarks.serving import serve_in_thread
 from tests.fakes.baseinsvc import FakeBaseIn
+from tests.paths import SCENARIOS
 from tests.polling import wait_for
 from tests.sandbox import Sandbox
 from tests.wheel import WHEEL_TEST_TIMEOUT_S
@@ -217,6 +218,56 @@ def test_the_packaged_scenarios_are_listed_with_a_command_line_that_runs_each(de
     mixed = demo.shell(scenarios["fleet-mixed"]["command"])
     assert mixed.returncode == 1
     assert "Stopped, as --partial asked, at step 2 of 3 (Read)" in mixed.stdout
+
+
+# -- honest advice and checking before acting ----------------------------------------------------------------
+
+
+def fleet_direct_with(demo: Sandbox, name: str, change: Callable[[dict[str, Any]], None]) -> str:
+    """The packaged fleet-direct scenario with ``change`` made, written into the project as ``name``."""
+    scenario: dict[str, Any] = json.loads((SCENARIOS / "fleet-direct.json").read_text(encoding="utf-8"))
+    change(scenario)
+    (demo.project / name).write_text(json.dumps(scenario), encoding="utf-8")
+    return name
+
+
+def test_bench_eval_names_a_body_that_never_finishes_suggests_no_value_and_fails(demo: Sandbox) -> None:
+    looping = fleet_direct_with(demo, "loop.json", lambda s: s.update(paramsLogic="while (true) {}"))
+    done = demo.bir("bench", "eval", "--scenario", looping, "--calls", "2")
+    assert done.returncode == 1, done.stderr
+    assert "  paramsLogic: timeout: paramsLogic ran longer than" in done.stdout
+    assert "no BIR_LOGIC_TIMEOUT_MS is suggested" in done.stdout
+    assert "BIR_LOGIC_TIMEOUT_MS=" not in done.stdout
+    doc = json.loads(demo.bir("bench", "eval", "--scenario", looping, "--calls", "2", "--json").stdout)
+    assert doc["suggested"] is None
+    assert "paramsLogic" in [u["body"] for u in doc["unmeasured"]]
+
+
+def test_replay_refuses_a_scenario_whose_second_body_does_not_compile_before_its_first_step(demo: Sandbox) -> None:
+    def break_step_two(scenario: dict[str, Any]) -> None:
+        scenario["steps"][1]["toolOutputLogic"] = "const r = JSON.parse(toolOutput);\nreturn { device: r.. };"
+
+    broken = fleet_direct_with(demo, "broken.json", break_step_two)
+    calls = demo.root / "fleet-calls.jsonl"
+    argv = ["replay", "--scenario", broken, "--prompt", "x", "--param", "region=eu-west-1", "--wrap", FLEET]
+    done = demo.bir(*argv, "--json", env={"FLEET_CALL_LOG": str(calls)})
+    assert (done.returncode, done.stderr) == (1, "")
+    doc = json.loads(done.stdout)
+    assert (doc["error"], doc["steps"]) == ("does_not_compile", [])
+    assert "step 1 toolOutputLogic: toolOutputLogic does not compile" in doc["message"]
+    words = demo.bir(*argv, env={"FLEET_CALL_LOG": str(calls)})
+    assert words.returncode == 1
+    assert "does not compile" in words.stdout + words.stderr
+    # The fleet server saw no call: step 1 (a list, here; a side effect elsewhere) never ran.
+    assert not calls.exists() or calls.read_text(encoding="utf-8") == ""
+    # The same scenario mended runs, and the fleet server logs its calls there.
+    mended = fleet_direct_with(demo, "mended.json", lambda s: None)
+    ran = demo.bir("replay", "--scenario", mended, *argv[3:], env={"FLEET_CALL_LOG": str(calls)})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert [json.loads(line)["tool"] for line in calls.read_text(encoding="utf-8").splitlines()] == [
+        "list_devices",
+        "get_device",
+    ]
 
 
 # -- progress and interrupts -------------------------------------------------------------------------------
