@@ -11,6 +11,7 @@ import select
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -19,6 +20,7 @@ import pytest
 from bir.benchmarks.serving import serve_in_thread
 from tests.fakes.baseinsvc import FakeBaseIn
 from tests.paths import SCENARIOS
+from tests.peers import CLAUDE_CODE_VERSIONS, claude_code
 from tests.polling import wait_for
 from tests.sandbox import Sandbox
 from tests.wheel import WHEEL_TEST_TIMEOUT_S
@@ -463,6 +465,30 @@ def test_uninstall_stops_the_projects_control_server_and_uninstall_replay_does_n
     assert done.returncode == 0
     assert f"Stopped its control server (pid {pid})." in done.stdout
     assert not _alive(pid)
+
+
+def test_bench_pin_takes_a_relative_claude_path_from_where_it_was_run_and_refuses_a_wrong_one_at_once(
+    demo: Sandbox,
+) -> None:
+    claude = claude_code(CLAUDE_CODE_VERSIONS[0])
+    relative = os.path.relpath(claude, demo.project)
+    assert not Path(relative).is_absolute()
+    done = demo.bir("bench", "pin", "--quick", "--json", "--claude", relative, cwd=demo.project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    session = json.loads(done.stdout)["session"]
+    assert session["measured"] is True
+    assert session["claude"] == os.path.abspath(demo.project / relative)
+    # A wrong relative path, or a file that is no program, is refused before anything is measured.
+    missing = demo.bir("bench", "pin", "--quick", "--claude", "no/claude", cwd=demo.project)
+    assert missing.returncode == 2
+    assert f"--claude {demo.project / 'no' / 'claude'}: there is no such file" in missing.stderr
+    (demo.project / "not-a-program").write_text("hello\n")
+    (demo.project / "not-a-program").chmod(0o755)
+    refused = demo.bir("bench", "pin", "--quick", "--json", "--claude", "not-a-program", cwd=demo.project)
+    assert (refused.returncode, refused.stderr) == (2, "")
+    doc = json.loads(refused.stdout)
+    assert doc["error"] == "usage"
+    assert doc["message"].startswith(f"--claude {demo.project / 'not-a-program'}: `claude --version` does not run")
 
 
 def test_bench_pin_takes_a_claude_binary_and_refuses_one_that_is_not_there(demo: Sandbox) -> None:
