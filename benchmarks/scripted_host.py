@@ -93,7 +93,7 @@ class ScriptedHost:
         ``servers`` (name → the command that runs it), until the block ends. A server named in ``unwrapped``
         is spoken to directly, as Claude Code does with a server bir does not wrap: no proxy, and its hooks
         see only the content array. ``find`` replaces the local service's matcher (the benchmark's
-        "service's rule"). What the servers write on stderr goes to ``errlog`` (by default this stderr).
+        "service's rule"). What the servers write on stderr goes to ``errlog`` (by default this process's).
 
         Raises:
             RuntimeError: a server did not start or its proxy never registered.
@@ -129,7 +129,10 @@ class ScriptedHost:
                 proxy = [sys.executable, "-m", "bir.proxy", "--server-name", name, "--project", str(project), "--"]
                 argv = [*proxy, *command] if wrapped else list(command)
                 params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(project))
-                read, write = await stack.enter_async_context(stdio_client(params, errlog or sys.stderr))
+                # Without an errlog, the SDK's own default (the process's stderr when it was imported): the
+                # sys.stderr of the moment may be a capture with no file descriptor to hand a child.
+                transport = stdio_client(params) if errlog is None else stdio_client(params, errlog)
+                read, write = await stack.enter_async_context(transport)
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 sessions[name] = session
