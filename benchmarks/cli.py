@@ -7,11 +7,18 @@ Each one shows a progress line on a terminal while it measures (nothing on a pip
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 from pathlib import Path
+from typing import Final
 
 from bir.core.exits import EXIT_USAGE
+from bir.core.truncate import one_line
 from bir.hooks.commands.progress import Progress
 from bir.hooks.commands.result import BENCH_EXIT_CODES, CommandError, Subparsers, add_command, json_flag
+
+# `claude --version` answers in well under a second; a binary that takes this long is not one to time.
+VERSION_TIMEOUT_S: Final = 30.0
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -102,6 +109,40 @@ def add_parser(sub: Subparsers) -> None:
     wl.set_defaults(run=run)
 
 
+def claude_binary(given: Path) -> Path:
+    """``--claude PATH`` as the absolute path of a Claude Code that runs, checked before anything is
+    measured: the sessions start later from other folders, where a relative path would mean nothing.
+
+    Raises:
+        CommandError: (usage) there is no such file, or it does not answer ``--version``.
+    """
+    # abspath, not resolve: `..` goes, a symlink (node_modules/.bin/claude) stays the path it was given as.
+    claude = Path(os.path.abspath(given.expanduser()))
+    if not claude.is_file():
+        raise CommandError(f"--claude {claude}: there is no such file (give the claude binary's path)", EXIT_USAGE)
+    try:
+        answer = subprocess.run(
+            [str(claude), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        why = f"no answer within {VERSION_TIMEOUT_S:.0f} s"
+        raise CommandError(f"--claude {claude}: `claude --version` does not run ({why})", EXIT_USAGE) from None
+    except OSError as exc:
+        raise CommandError(f"--claude {claude}: `claude --version` does not run ({exc})", EXIT_USAGE) from None
+    if answer.returncode != 0:
+        said = one_line(answer.stderr or answer.stdout, 200)
+        raise CommandError(
+            f"--claude {claude}: `claude --version` exited {answer.returncode}" + (f" ({said})" if said else ""),
+            EXIT_USAGE,
+        )
+    return claude
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one benchmark; answer its exit status.
 
@@ -130,22 +171,16 @@ def _run(args: argparse.Namespace, progress: Progress) -> int:
     if args.bench_target == "pin":
         from bir.benchmarks.pin_bench import run_pin_bench
 
-        claude: Path | None = args.claude
-        if claude is not None:
-            claude = claude.expanduser()
-            if not claude.is_file():
-                raise CommandError(
-                    f"--claude {claude}: there is no such file (give the claude binary's path)", EXIT_USAGE
-                )
+        claude = None if args.claude is None else claude_binary(args.claude)
         return run_pin_bench(quick=args.quick, as_json=args.json, claude=claude, progress=progress)
     if args.bench_target == "match":
         from bir.benchmarks.match_bench import run_match_bench
 
-        return run_match_bench(quick=args.quick, as_json=args.json)
+        return run_match_bench(quick=args.quick, as_json=args.json, progress=progress)
     if args.bench_target == "workload":
         from bir.benchmarks.workload import run_workload_bench
 
-        return run_workload_bench(quick=args.quick, as_json=args.json)
+        return run_workload_bench(quick=args.quick, as_json=args.json, progress=progress)
     from bir.benchmarks.proxy_bench import run_proxy_bench
 
     return run_proxy_bench(quick=args.quick, as_json=args.json, progress=progress)

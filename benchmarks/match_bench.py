@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -217,33 +218,35 @@ def _queries(rng: random.Random, count: int) -> list[tuple[str, str]]:
     return [rng.choice(base) for _ in range(count)]
 
 
-def run_match_bench(*, quick: bool, as_json: bool) -> int:
+def run_match_bench(*, quick: bool, as_json: bool, progress: Callable[[str], None] = lambda _: None) -> int:
     """Run the bench and print its report (words, or JSON with ``as_json``); 0 when it ran. The service's
-    log lines go to ``<BIR_HOME>/logs/bench.log``."""
+    log lines go to ``<BIR_HOME>/logs/bench.log``; ``progress`` hears each part as it starts."""
     from bir.core.log import logging_to, logs_dir
 
     with logging_to(logs_dir(config.home()) / "bench.log"):
-        report = asyncio.run(_bench(quick=quick))
+        report = asyncio.run(_bench(quick=quick, progress=progress))
     sys.stdout.write(json.dumps(report, indent=2) + "\n" if as_json else render(report))
     return 0
 
 
-async def _bench(*, quick: bool) -> dict[str, Any]:
+async def _bench(*, quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     load_before = os.getloadavg()
     process = psutil.Process()
     rss_start = process.memory_info().rss
     from bir.hooks.local.embed import MiniLM
 
+    progress("loading the embedding model…")
     began = time.perf_counter()
     model = MiniLM.load()
     load_s = time.perf_counter() - began
     rss_model = process.memory_info().rss
     size = 1_000 if quick else 10_000
     with tempfile.TemporaryDirectory(prefix="bir-bench-match-") as tmp:
-        store_s, index_s, service_report = await _with_store(Path(tmp), model, size, quick)
+        store_s, index_s, service_report = await _with_store(Path(tmp), model, size, quick, progress)
         rss_index = process.memory_info().rss
+    progress(f"accuracy on {len(PAIRS)} pairs of prompts…")
     accuracy = _accuracy(model)
-    calc = await _calculation(runs=3 if quick else 10)
+    calc = await _calculation(runs=3 if quick else 10, progress=progress)
     return {
         "bench": "match",
         "quick": quick,
@@ -320,7 +323,9 @@ def _fill(store: Any, rows: list[tuple[str, str, list[Any], Any]]) -> None:
         conn.execute("COMMIT")
 
 
-async def _with_store(home: Path, model: Any, size: int, quick: bool) -> tuple[float, float, dict[str, Any]]:
+async def _with_store(
+    home: Path, model: Any, size: int, quick: bool, progress: Callable[[str], None]
+) -> tuple[float, float, dict[str, Any]]:
     import httpx
 
     from bir.core.service import ServiceClient
@@ -332,6 +337,7 @@ async def _with_store(home: Path, model: Any, size: int, quick: bool) -> tuple[f
 
     rng = random.Random(18)
     store = Store(home / "store.db")
+    progress(f"writing {size:,} scenarios to a store…")
     began = time.perf_counter()
     _fill(store, _rows(model, size, rng))
     store_s = time.perf_counter() - began
@@ -351,6 +357,7 @@ async def _with_store(home: Path, model: Any, size: int, quick: bool) -> tuple[f
     samples: dict[str, list[tuple[str, float, str]]] = {"before": [], "after": []}
     try:
         async with LocalService(store, project="/p", embedder=embedder) as service:
+            progress(f"loading the index of {size:,} scenarios…")
             began = time.perf_counter()
             service.find("warm the index", "/p")
             index_s = time.perf_counter() - began
@@ -361,6 +368,7 @@ async def _with_store(home: Path, model: Any, size: int, quick: bool) -> tuple[f
                 # Side by side: each block of prompts is matched without the cache, then with it, so the
                 # machine's load drifts under both alike; the cache lives on across blocks, as in a server.
                 for start in range(0, len(queries), block):
+                    progress(f"matching prompts {start + 1}-{min(start + block, len(queries))} of {len(queries)}…")
                     for name in ("before", "after"):
                         variant["cached"] = name == "after"
                         for n, (kind, prompt) in enumerate(queries[start : start + block], start):
@@ -372,12 +380,15 @@ async def _with_store(home: Path, model: Any, size: int, quick: bool) -> tuple[f
                             samples[name].append((kind, took, path))
     finally:
         store.close()
+    rounds = 1 if quick else 3
+    progress(f"the model's forward pass, {rounds} rounds…")
+    forward = _forward_pass(model, rounds=rounds)
     after, before = _summary(samples["after"]), _summary(samples["before"])
     report = {
         **after,
         "before": before,
         "after_over_before": {q: round(after[q] / before[q], 3) if before[q] else None for q in ("p50_ms", "p99_ms")},
-        "forward_pass": _forward_pass(model, rounds=1 if quick else 3),
+        "forward_pass": forward,
     }
     return store_s, index_s, report
 
@@ -455,7 +466,7 @@ def _accuracy(model: Any) -> dict[str, Any]:
     return out
 
 
-async def _calculation(*, runs: int) -> dict[str, Any]:
+async def _calculation(*, runs: int, progress: Callable[[str], None]) -> dict[str, Any]:
     from bir.benchmarks.match_corpus import ten_step_run
     from bir.evaluator import EvaluatorPool
     from bir.hooks.local.calculate import draft_scenario, recorded_steps
@@ -465,7 +476,8 @@ async def _calculation(*, runs: int) -> dict[str, Any]:
     times: list[float] = []
     state = ""
     async with EvaluatorPool(workers=1) as pool:
-        for _ in range(runs):
+        for n in range(runs):
+            progress(f"calculating a ten-step run ({n + 1} of {runs})…")
             began = time.perf_counter()
             verdict = await check(pool, "scn_bench", draft_scenario(prompt, recorded_steps(steps)))
             times.append(time.perf_counter() - began)

@@ -19,10 +19,10 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 import anyio
 import anyio.lowlevel
@@ -80,11 +80,20 @@ class ScriptedHost:
     @classmethod
     @contextlib.asynccontextmanager
     async def open(
-        cls, project: Path, servers: Mapping[str, Sequence[str]], *, replay: bool = True, find: Any = None
+        cls,
+        project: Path,
+        servers: Mapping[str, Sequence[str]],
+        *,
+        replay: bool = True,
+        find: Any = None,
+        unwrapped: Collection[str] = (),
+        errlog: TextIO | None = None,
     ) -> AsyncIterator[ScriptedHost]:
         """A control server for ``project`` on the local service, and a proxied MCP session for each of
-        ``servers`` (name → the command that runs it), until the block ends. ``find`` replaces the local
-        service's matcher (the benchmark's "service's rule").
+        ``servers`` (name → the command that runs it), until the block ends. A server named in ``unwrapped``
+        is spoken to directly, as Claude Code does with a server bir does not wrap: no proxy, and its hooks
+        see only the content array. ``find`` replaces the local service's matcher (the benchmark's
+        "service's rule"). What the servers write on stderr goes to ``errlog`` (by default this process's).
 
         Raises:
             RuntimeError: a server did not start or its proxy never registered.
@@ -116,18 +125,20 @@ class ScriptedHost:
             env = proxy_environment(config.home())
             sessions: dict[str, Any] = {}
             for name, command in servers.items():
-                params = StdioServerParameters(
-                    command=sys.executable,
-                    args=["-m", "bir.proxy", "--server-name", name, "--project", str(project), "--", *command],
-                    env=env,
-                    cwd=str(project),
-                )
-                read, write = await stack.enter_async_context(stdio_client(params))
+                wrapped = name not in unwrapped
+                proxy = [sys.executable, "-m", "bir.proxy", "--server-name", name, "--project", str(project), "--"]
+                argv = [*proxy, *command] if wrapped else list(command)
+                params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(project))
+                # Without an errlog, the SDK's own default (the process's stderr when it was imported): the
+                # sys.stderr of the moment may be a capture with no file descriptor to hand a child.
+                transport = stdio_client(params) if errlog is None else stdio_client(params, errlog)
+                read, write = await stack.enter_async_context(transport)
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 sessions[name] = session
-                with anyio.fail_after(30):
-                    await server.queue.wait_served(name)
+                if wrapped:
+                    with anyio.fail_after(30):
+                        await server.queue.wait_served(name)
             headers = {"authorization": f"Bearer {server.token}"}
             http = await stack.enter_async_context(
                 httpx.AsyncClient(base_url=server.url or "", headers=headers, trust_env=False, timeout=60)

@@ -30,16 +30,18 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 import anyio
 
 from bir.benchmarks import workload_corpus as corpus
 from bir.benchmarks.machine import machine_facts
 from bir.benchmarks.scripted_host import ScriptedHost
+from bir.core import config
+from bir.core.log import logs_dir
 from bir.core.pricing import cost_usd
 from bir.examples import fleet_server, tracker_server
 
@@ -279,8 +281,15 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = old
 
 
-async def run_rule(rule: Rule, prompts: Sequence[corpus.Prompt], workdir: Path) -> dict[str, Any]:
-    """The stream under ``rule``, from an empty store; its figures."""
+async def run_rule(
+    rule: Rule,
+    prompts: Sequence[corpus.Prompt],
+    workdir: Path,
+    progress: Callable[[str], None] = lambda _: None,
+    errlog: TextIO | None = None,
+) -> dict[str, Any]:
+    """The stream under ``rule``, from an empty store; its figures (``progress`` hears each prompt; the
+    servers' stderr goes to ``errlog``, by default this stderr)."""
     from bir.hooks.local.runtime import stats_of
 
     home, project = workdir / "home", workdir / "project"
@@ -300,8 +309,12 @@ async def run_rule(rule: Rule, prompts: Sequence[corpus.Prompt], workdir: Path) 
     }
     began = time.monotonic()
     with _environment(env):
-        async with ScriptedHost.open(project, servers, find=service_rule() if rule.service else None) as host:
-            turns = [await _turn(host, logs, prompt, rule.min_runs) for prompt in prompts]
+        find = service_rule() if rule.service else None
+        async with ScriptedHost.open(project, servers, find=find, errlog=errlog) as host:
+            turns = []
+            for n, prompt in enumerate(prompts, 1):
+                progress(f"prompt {n} of {len(prompts)}…")
+                turns.append(await _turn(host, logs, prompt, rule.min_runs))
             booked = stats_of(host.local.store, None)["totals"]
     return {
         "rule": rule.name,
@@ -355,7 +368,13 @@ def _by_template(turns: Sequence[Turn]) -> dict[str, dict[str, int]]:
     return out
 
 
-async def bench(*, quick: bool) -> dict[str, Any]:
+def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    return lambda text: progress(f"{prefix}: {text}")
+
+
+async def bench(
+    *, quick: bool, progress: Callable[[str], None] = lambda _: None, errlog: TextIO | None = None
+) -> dict[str, Any]:
     shape = QUICK if quick else FULL
     prompts = corpus.stream(seed=SEED, **shape)
     before = os.getloadavg()
@@ -365,7 +384,9 @@ async def bench(*, quick: bool) -> dict[str, Any]:
         for i, rule in enumerate(rules):
             workdir = Path(tmp) / f"rule{i}"
             workdir.mkdir()
-            results.append(await run_rule(rule, prompts, workdir))
+            said = f"rule {i + 1} of {len(rules)} ({rule.name})"
+            progress(f"{said}: starting a control server and the proxies…")
+            results.append(await run_rule(rule, prompts, workdir, _prefixed(progress, said), errlog))
     return {
         "quick": quick,
         "seed": SEED,
@@ -418,9 +439,13 @@ def render(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_workload_bench(*, quick: bool, as_json: bool) -> int:
-    """Run the benchmark; exit 1 when ours replayed a wrong call."""
-    report = anyio.run(lambda: bench(quick=quick))
+def run_workload_bench(*, quick: bool, as_json: bool, progress: Callable[[str], None] = lambda _: None) -> int:
+    """Run the benchmark; exit 1 when ours replayed a wrong call. ``progress`` hears each rule and prompt;
+    what the proxies and servers log goes to ``<BIR_HOME>/logs/bench.log``, not the screen."""
+    logs = logs_dir(config.home())
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / "bench.log").open("a", encoding="utf-8") as errlog:
+        report = anyio.run(lambda: bench(quick=quick, progress=progress, errlog=errlog))
     sys.stdout.write((json.dumps(report, indent=2) if as_json else render(report)) + "\n")
     ours = [r for r in report["rules"] if "ours" in r["rule"]]
     return 1 if any(r["wrong"] for r in ours) else 0

@@ -5,15 +5,19 @@ against a recording reads the same text at replay whoever produced it: a proxy's
 host's ``tool_response``, a direct step's answer. The cap is the recorder's, so a replay never reads more
 than a recording could hold.
 
-An MCP tool's output has one shape whoever saw the call (logic-contract.md): the ``CallToolResult`` object,
-``{"content": [...], "isError": ...}`` plus ``structuredContent`` when the tool sent it. A wrapped server's
-proxy reports that object; for a server that is not wrapped, the host's hook gives only the content array,
-which is rebuilt into the same object (its ``structuredContent``, if any, the host never shows).
+An MCP tool's output has one shape whoever saw the call: the ``CallToolResult`` object reduced to what every
+source can give, ``{"content": [...], "isError": ...}``. A wrapped server's proxy reports the whole object;
+for a server that is not wrapped, the host's hook gives only the content array, which is rebuilt into it.
+``structuredContent`` is left out on every side (issue 17): the host never shows it, so a body written
+against it would fail whenever the server is not wrapped. Nothing is lost from a tool that follows MCP,
+which asks a tool with structured content to send the same JSON as a text block; rebuilding it from that
+block instead would double every JSON answer against the recorder's cap and still differ from the proxy's
+for a tool whose text is not its structured content.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from bir.core.redact import redact
 from bir.core.truncate import DEFAULT_MAX_CHARS, serialize_capped
@@ -23,15 +27,14 @@ MAX_OUTPUT_CHARS: Final = DEFAULT_MAX_CHARS
 
 
 def call_result(output: object) -> object:
-    """An MCP call's output as its canonical ``CallToolResult``: from a proxy's result (the object) or a
-    hook's ``tool_response`` (the bare content array). Anything else (an error report) comes back as is."""
+    """An MCP call's output as its canonical ``CallToolResult``, ``{"content", "isError"}`` only: from a
+    proxy's result (the object), a hook's ``tool_response`` (the bare content array) or a recording made
+    before this rule (which may carry ``structuredContent``). Anything else (an error report) comes back as
+    is."""
     if isinstance(output, list):
         return {"content": output, "isError": False}
     if isinstance(output, dict) and isinstance(output.get("content"), list):
-        canonical: dict[str, Any] = {"content": output["content"], "isError": output.get("isError") is True}
-        if "structuredContent" in output:
-            canonical["structuredContent"] = output["structuredContent"]
-        return canonical
+        return {"content": output["content"], "isError": output.get("isError") is True}
     return output
 
 

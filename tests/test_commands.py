@@ -10,7 +10,8 @@ import pty
 import select
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -18,6 +19,8 @@ import pytest
 
 from bir.benchmarks.serving import serve_in_thread
 from tests.fakes.baseinsvc import FakeBaseIn
+from tests.paths import SCENARIOS
+from tests.peers import CLAUDE_CODE_VERSIONS, claude_code
 from tests.polling import wait_for
 from tests.sandbox import Sandbox
 from tests.wheel import WHEEL_TEST_TIMEOUT_S
@@ -69,6 +72,7 @@ def service() -> Iterator[FakeBaseIn]:
         ["bench", "eval", "--json", "--calls", "many"],
         ["scenario", "show", "--json"],
         ["down", "--json", "--all", "extra"],
+        ["learn", "--json", "--since", "notadate"],
     ],
     ids=lambda argv: " ".join(argv[:2]),
 )
@@ -83,6 +87,45 @@ def test_a_usage_error_with_json_is_one_document_on_stdout_and_nothing_on_stderr
     assert doc["usage"].startswith("usage: bir")
 
 
+@pytest.mark.parametrize(
+    ("argv", "env", "exit_code", "error"),
+    [
+        (["learn", "--json", "--project", "/nonexistent"], {}, 1, "failed"),
+        (["learn", "--json"], {"BIR_SERVICE": "remote"}, 1, "remote_service"),
+        (["stats", "--json"], {"BIR_SERVICE": "remote"}, 1, "remote_service"),
+        (["stats", "--json"], {"BROKEN_STORE": "1"}, 1, "store_unusable"),
+        (["scenario", "list", "--json"], {"BROKEN_STORE": "1"}, 1, "store_unusable"),
+        (["scenario", "import", "/nonexistent", "--json"], {}, 2, "usage"),
+        (["scenario", "export", "/nonexistent/store.json", "--json"], {}, 2, "usage"),
+    ],
+    ids=[
+        "learn no project",
+        "learn remote",
+        "stats remote",
+        "stats broken store",
+        "scenario list broken store",
+        "scenario import",
+        "scenario export",
+    ],
+)
+def test_a_command_added_late_refuses_with_json_in_one_document_and_nothing_on_stderr(
+    demo: Sandbox, argv: list[str], env: dict[str, str], exit_code: int, error: str
+) -> None:
+    if env.pop("BROKEN_STORE", None):
+        (demo.bir_home / "local").mkdir(parents=True, exist_ok=True)
+        (demo.bir_home / "local" / "store.db").write_text("not a database\n")
+    done = demo.bir(*argv, env=env)
+    assert (done.returncode, done.stderr) == (exit_code, "")
+    doc = json.loads(done.stdout)
+    assert doc["error"] == error
+    assert doc["message"]
+    # Without --json the same refusal is one sentence on stderr, named by its command.
+    words = demo.bir(*[a for a in argv if a != "--json"], env=env)
+    assert (words.returncode, words.stdout) == (exit_code, "")
+    assert words.stderr.startswith("bir ")
+    assert doc["message"] in words.stderr
+
+
 def test_a_refusal_and_a_bad_variable_with_json_are_one_document_on_stdout(demo: Sandbox) -> None:
     refused = demo.bir("replay", "on", "--json")
     assert (refused.returncode, refused.stderr) == (1, "")
@@ -94,6 +137,32 @@ def test_a_refusal_and_a_bad_variable_with_json_are_one_document_on_stdout(demo:
         "message": "BIR_STEP_TIMEOUT_MS must be a whole number, got 'abc' (fix it or unset it; `bir doctor` "
         "lists every bad value)",
     }
+
+
+def test_doctor_lists_a_bad_variable_among_its_findings_and_exits_as_its_help_says(demo: Sandbox) -> None:
+    bad = {"BIR_STEP_TIMEOUT_MS": "abc"}
+    helped = demo.bir("doctor", "--help")
+    assert "1    something is broken (each finding says what fixes it)" in helped.stdout
+    done = demo.bir("doctor", "--json", env=bad)
+    assert (done.returncode, done.stderr) == (1, "")
+    report = json.loads(done.stdout)
+    assert report["broken"] is True
+    [config] = [f for f in report["findings"] if f["topic"] == "config"]
+    assert config["level"] == "broken"
+    assert config["text"].startswith("BIR_STEP_TIMEOUT_MS must be a whole number, got 'abc'")
+    assert "BIR_STEP_TIMEOUT_MS" in config["fix"]
+    # The rest of the report is still there: one bad value does not hide the others.
+    topics = {f["topic"] for f in report["findings"]}
+    assert {"install", "service", "evaluator"} <= topics
+    words = demo.bir("doctor", env=bad)
+    assert (words.returncode, words.stderr) == (1, "")
+    assert "✗ BIR_STEP_TIMEOUT_MS must be a whole number, got 'abc'" in words.stdout
+    assert "fix: unset BIR_STEP_TIMEOUT_MS" in words.stdout
+    assert "\nservice\n" in words.stdout
+    assert "\nevaluator\n" in words.stdout
+    # Without the bad value the config finding is gone.
+    fine = json.loads(demo.bir("doctor", "--json").stdout)
+    assert "config" not in {f["topic"] for f in fine["findings"]}
 
 
 def test_without_verbose_no_log_line_reaches_stderr_and_with_it_they_do(demo: Sandbox) -> None:
@@ -153,6 +222,56 @@ def test_the_packaged_scenarios_are_listed_with_a_command_line_that_runs_each(de
     assert "Stopped, as --partial asked, at step 2 of 3 (Read)" in mixed.stdout
 
 
+# -- honest advice and checking before acting ----------------------------------------------------------------
+
+
+def fleet_direct_with(demo: Sandbox, name: str, change: Callable[[dict[str, Any]], None]) -> str:
+    """The packaged fleet-direct scenario with ``change`` made, written into the project as ``name``."""
+    scenario: dict[str, Any] = json.loads((SCENARIOS / "fleet-direct.json").read_text(encoding="utf-8"))
+    change(scenario)
+    (demo.project / name).write_text(json.dumps(scenario), encoding="utf-8")
+    return name
+
+
+def test_bench_eval_names_a_body_that_never_finishes_suggests_no_value_and_fails(demo: Sandbox) -> None:
+    looping = fleet_direct_with(demo, "loop.json", lambda s: s.update(paramsLogic="while (true) {}"))
+    done = demo.bir("bench", "eval", "--scenario", looping, "--calls", "2")
+    assert done.returncode == 1, done.stderr
+    assert "  paramsLogic: timeout: paramsLogic ran longer than" in done.stdout
+    assert "no BIR_LOGIC_TIMEOUT_MS is suggested" in done.stdout
+    assert "BIR_LOGIC_TIMEOUT_MS=" not in done.stdout
+    doc = json.loads(demo.bir("bench", "eval", "--scenario", looping, "--calls", "2", "--json").stdout)
+    assert doc["suggested"] is None
+    assert "paramsLogic" in [u["body"] for u in doc["unmeasured"]]
+
+
+def test_replay_refuses_a_scenario_whose_second_body_does_not_compile_before_its_first_step(demo: Sandbox) -> None:
+    def break_step_two(scenario: dict[str, Any]) -> None:
+        scenario["steps"][1]["toolOutputLogic"] = "const r = JSON.parse(toolOutput);\nreturn { device: r.. };"
+
+    broken = fleet_direct_with(demo, "broken.json", break_step_two)
+    calls = demo.root / "fleet-calls.jsonl"
+    argv = ["replay", "--scenario", broken, "--prompt", "x", "--param", "region=eu-west-1", "--wrap", FLEET]
+    done = demo.bir(*argv, "--json", env={"FLEET_CALL_LOG": str(calls)})
+    assert (done.returncode, done.stderr) == (1, "")
+    doc = json.loads(done.stdout)
+    assert (doc["error"], doc["steps"]) == ("does_not_compile", [])
+    assert "step 1 toolOutputLogic: toolOutputLogic does not compile" in doc["message"]
+    words = demo.bir(*argv, env={"FLEET_CALL_LOG": str(calls)})
+    assert words.returncode == 1
+    assert "does not compile" in words.stdout + words.stderr
+    # The fleet server saw no call: step 1 (a list, here; a side effect elsewhere) never ran.
+    assert not calls.exists() or calls.read_text(encoding="utf-8") == ""
+    # The same scenario mended runs, and the fleet server logs its calls there.
+    mended = fleet_direct_with(demo, "mended.json", lambda s: None)
+    ran = demo.bir("replay", "--scenario", mended, *argv[3:], env={"FLEET_CALL_LOG": str(calls)})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert [json.loads(line)["tool"] for line in calls.read_text(encoding="utf-8").splitlines()] == [
+        "list_devices",
+        "get_device",
+    ]
+
+
 # -- progress and interrupts -------------------------------------------------------------------------------
 
 
@@ -196,6 +315,31 @@ def test_a_bench_shows_what_it_is_timing_on_a_terminal(demo: Sandbox) -> None:
     _, _, terminal = on_a_terminal(demo, ["bir", "bench", "eval", "--scenario", "fleet-direct", "--calls", "3"])
     assert "bir bench eval: timing paramsLogic (1 of 6), 3 calls…" in terminal
     assert terminal.endswith("\r\x1b[K")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["bench", "match", "--quick"], "bir bench match: matching prompts 1-20 of 60…"),
+        (["bench", "workload", "--quick"], "bir bench workload: rule 1 of 2 (ours, 1 run): prompt 1 of "),
+        (["demo"], "bir demo: waiting for turn one's scenario being calculated…"),
+    ],
+    ids=lambda value: " ".join(value[:2]) if isinstance(value, list) else None,
+)
+def test_a_long_command_shows_what_it_is_doing_on_a_terminal(demo: Sandbox, argv: list[str], said: str) -> None:
+    code, out, terminal = on_a_terminal(demo, ["bir", *argv])
+    assert code == 0, out
+    assert said in terminal
+    assert terminal.endswith("\r\x1b[K")  # erased before the account is printed
+    assert "\r" not in out
+
+
+@pytest.mark.parametrize("argv", [["bench", "workload", "--quick"], ["demo"]], ids=" ".join)
+def test_without_a_terminal_a_long_command_prints_no_progress_and_no_log_line(demo: Sandbox, argv: list[str]) -> None:
+    done = demo.bir(*argv)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "\r" not in done.stdout
+    assert "\x1b[K" not in done.stdout
 
 
 def interrupted(demo: Sandbox, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -321,6 +465,30 @@ def test_uninstall_stops_the_projects_control_server_and_uninstall_replay_does_n
     assert done.returncode == 0
     assert f"Stopped its control server (pid {pid})." in done.stdout
     assert not _alive(pid)
+
+
+def test_bench_pin_takes_a_relative_claude_path_from_where_it_was_run_and_refuses_a_wrong_one_at_once(
+    demo: Sandbox,
+) -> None:
+    claude = claude_code(CLAUDE_CODE_VERSIONS[0])
+    relative = os.path.relpath(claude, demo.project)
+    assert not Path(relative).is_absolute()
+    done = demo.bir("bench", "pin", "--quick", "--json", "--claude", relative, cwd=demo.project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    session = json.loads(done.stdout)["session"]
+    assert session["measured"] is True
+    assert session["claude"] == os.path.abspath(demo.project / relative)
+    # A wrong relative path, or a file that is no program, is refused before anything is measured.
+    missing = demo.bir("bench", "pin", "--quick", "--claude", "no/claude", cwd=demo.project)
+    assert missing.returncode == 2
+    assert f"--claude {demo.project / 'no' / 'claude'}: there is no such file" in missing.stderr
+    (demo.project / "not-a-program").write_text("hello\n")
+    (demo.project / "not-a-program").chmod(0o755)
+    refused = demo.bir("bench", "pin", "--quick", "--json", "--claude", "not-a-program", cwd=demo.project)
+    assert (refused.returncode, refused.stderr) == (2, "")
+    doc = json.loads(refused.stdout)
+    assert doc["error"] == "usage"
+    assert doc["message"].startswith(f"--claude {demo.project / 'not-a-program'}: `claude --version` does not run")
 
 
 def test_bench_pin_takes_a_claude_binary_and_refuses_one_that_is_not_there(demo: Sandbox) -> None:

@@ -35,6 +35,7 @@ from bir.core.log import logging_to, logs_dir
 from bir.core.paths import project_key
 from bir.core.truncate import cut
 from bir.hooks.commands.demo_host import CONTEXT_TOKENS, MODEL, DemoHost, HostError, text_of
+from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import CommandResult, Subparsers, add_command, json_flag, print_result
 
 if TYPE_CHECKING:
@@ -83,8 +84,9 @@ def _isolated(home: Path) -> Iterator[None]:
         os.environ.update(saved)
 
 
-async def _until(what: str, found: Callable[[], Any]) -> Any:
+async def _until(what: str, found: Callable[[], Any], progress: Callable[[str], None] = lambda _: None) -> Any:
     """``found()``'s first true value, polled: what it reads another process writes."""
+    progress(f"waiting for {what}…")
     with anyio.move_on_after(STAGE_TIMEOUT_S):
         while True:
             value = found()
@@ -131,11 +133,15 @@ def _step_outputs(text: str) -> list[str]:
 class Demo:
     """The stages, in order, each said to a person as it happens (``say``) and kept for ``--json``."""
 
-    def __init__(self, root: Path, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, root: Path, say: Callable[[str], None], progress: Callable[[str], None] = lambda _: None
+    ) -> None:
         self.root = root
         self.home = root / "home"
         self.project = root / "project"
         self.say = say
+        # What the loop waits on now (a terminal's progress line); ``say`` tells what happened.
+        self.progress = progress
         self.stages: dict[str, Any] = {}
 
     async def run(self) -> None:
@@ -148,9 +154,11 @@ class Demo:
         # are Claude Code's, which this demo plays): replay on, fleet behind bir-proxy.
         installed.update(self.project, self.home, replay=True, install={"localServers": ["fleet"]})
         errlog = (logs_dir(self.home) / "demo-servers.log").open("a", encoding="utf-8")
+        self.progress("starting the control server and its evaluator pool…")
         try:
             async with live_session(self.project) as live:
                 write_discovery(live.server.discovery(self.project))
+                self.progress("starting bir-scenario and the fleet server behind bir-proxy…")
                 try:
                     async with DemoHost(
                         self.project, self.home, fleet_log=self.root / "fleet-calls.jsonl", errlog=errlog
@@ -189,6 +197,7 @@ class Demo:
         self.say(f'\n2. Turn one: "{FIRST}"')
         turn = host.begin(str(uuid.uuid4()), FIRST)
         began = time.monotonic()
+        self.progress("turn one: the session's first hooks (bir-hook)…")
         await host.hook("SessionStart", turn, source="startup")
         answer = await host.hook("UserPromptSubmit", turn, prompt=FIRST)
         if answer:
@@ -197,6 +206,7 @@ class Demo:
         calls = []
         listing = host.tool_use("mcp__fleet__list_devices", {"region": "eu-west-1"})
         host.model_says(turn, [listing])
+        self.progress(f"turn one: {listing['name']} through bir-proxy…")
         rows_content, _ = await host.run_tool(turn, listing)
         rows = json.loads(text_of(rows_content))
         calls.append({"tool": listing["name"], "input": listing["input"], "rows": len(rows)})
@@ -204,6 +214,7 @@ class Demo:
         riskiest = max(rows, key=lambda row: row["risk"])
         detail = host.tool_use("mcp__fleet__get_device", {"id": riskiest["id"]})
         host.model_says(turn, [detail])
+        self.progress(f"turn one: {detail['name']} through bir-proxy…")
         device, _ = await host.run_tool(turn, detail)
         calls.append({"tool": detail["name"], "input": detail["input"]})
         self.say(f"   the model calls {detail['name']} {_j(detail['input'])} -> {_device(device)}")
@@ -212,7 +223,9 @@ class Demo:
         await host.hook("Stop", turn, last_assistant_message=text, stop_hook_active=False)
         await host.hook("SessionEnd", turn, reason="other")
         took = time.monotonic() - began
-        run = await _until("turn one's recording reaching the store", lambda: _finished_run(store, FIRST))
+        run = await _until(
+            "turn one's recording reaching the store", lambda: _finished_run(store, FIRST), self.progress
+        )
         finish = run.finish or {}
         self.stages["turnOne"] = {
             "prompt": FIRST,
@@ -230,7 +243,7 @@ class Demo:
         return str(run.id)
 
     async def _calculated(self, store: Store, run_id: str) -> str:
-        row = await _until("turn one's scenario being calculated", lambda: store.scenario_of_run(run_id))
+        row = await _until("turn one's scenario being calculated", lambda: store.scenario_of_run(run_id), self.progress)
         body = row.body
         stage: dict[str, Any] = {"scenarioId": row.id, "state": row.state, "intent": body.get("intent")}
         self.stages["calculated"] = stage
@@ -259,6 +272,7 @@ class Demo:
         self.say(f'\n4. Turn two: "{SECOND}"')
         turn = host.begin(str(uuid.uuid4()), SECOND)
         began = time.monotonic()
+        self.progress("turn two: matching the prompt and deriving its values…")
         await host.hook("SessionStart", turn, source="startup")
         answer = await host.hook("UserPromptSubmit", turn, prompt=SECOND)
         context = str((answer.get("hookSpecificOutput") or {}).get("additionalContext") or "")
@@ -273,6 +287,7 @@ class Demo:
         before = len(host.fleet_calls())
         run_call = host.tool_use("mcp__bir__run_scenario", {})
         host.model_says(turn, [run_call])
+        self.progress("turn two: bir runs the plan through bir-proxy…")
         content, failed = await host.run_tool(turn, run_call)
         ran = host.fleet_calls()[before:]
         if failed:
@@ -305,6 +320,7 @@ class Demo:
         rows = await _until(
             "turn two's execution report being booked",
             lambda: [e for e in store.executions(scenario_id) if e.get("ticket") == ticket],
+            self.progress,
         )
         outcome = rows[0]["outcome"]
         [line] = [s for s in stats_of(store, str(self.project))["scenarios"] if s["scenarioId"] == scenario_id]
@@ -355,14 +371,18 @@ def _why(exc: BaseException) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run ``bir demo``."""
 
+    progress = for_command(args)
+
     def say(text: str) -> None:
         if not args.json:
+            # The account starts on a clean line: the progress line (on stderr) is erased first.
+            progress.clear()
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
 
     root = Path(tempfile.mkdtemp(prefix="bir-demo-")).resolve()
     say(f"bir demo: the whole loop on this machine, offline, with no account (BIR_HOME={root / 'home'})\n")
-    demo = Demo(root, say)
+    demo = Demo(root, say, progress)
     failed: str | None = None
     try:
         with _isolated(demo.home):
@@ -372,6 +392,8 @@ def run(args: argparse.Namespace) -> int:
                     anyio.run(demo.run)
                 except Exception as exc:  # noqa: BLE001 - a command says what stopped it; its logs have the rest
                     failed = _why(exc)
+                finally:
+                    progress.clear()
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -29,6 +29,8 @@ from bir.hooks import api
 from bir.hooks.commands.probes import Serving, serving
 from bir.hooks.commands.progress import for_command
 from bir.hooks.commands.result import CHECK_EXIT_CODES, Subparsers, add_command, json_flag, project_flag, write_json
+from bir.hooks.commands.server_modes import KnownScenario, ServerMode, known_scenarios, modes_of
+from bir.hooks.commands.server_modes import describe as describe_modes
 from bir.hooks.commands.status import StatusFacts
 from bir.hooks.commands.status import gather as gather_status
 from bir.hooks.commands.term import ago, paint, shown, wants_colour
@@ -92,6 +94,9 @@ class DoctorFacts:
     serving: Serving = "none"
     # How install wrote the tool events' hooks; None: an install older than the choice (it wrote commands).
     hook_style: HookStyle | None = "mcp_tool"
+    # The scenarios bir knows (read only when a server is unwrapped): each unwrapped server's finding
+    # names those that call it and the mode each gets.
+    scenarios: tuple[KnownScenario, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,9 +107,14 @@ class Finding:
     level: Level
     text: str
     fix: str | None = None
+    # An unwrapped server's finding: the known scenarios that call it, with their modes.
+    scenarios: tuple[ServerMode, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "level": self.level, "text": self.text, "fix": self.fix}
+        out: dict[str, Any] = {"topic": self.topic, "level": self.level, "text": self.text, "fix": self.fix}
+        if self.topic == "servers" and self.scenarios:
+            out["scenarios"] = [m.to_json() for m in self.scenarios]
+        return out
 
 
 @dataclass(frozen=True)
@@ -219,6 +229,7 @@ async def _gather(project_dir: str | Path) -> DoctorFacts:
     derive_key = bool(config.get_str("BIR_DERIVE_API_KEY"))
     anthropic = bool(os.environ.get("ANTHROPIC_API_KEY", "").strip())
     use_anthropic = bool(config.get_flag("BIR_USE_ANTHROPIC_API_KEY"))
+    served = serving(status.sign_in)
     return DoctorFacts(
         status=status,
         settings_path=str(settings_path),
@@ -237,7 +248,8 @@ async def _gather(project_dir: str | Path) -> DoctorFacts:
             timeout_from=timeout.source,
             walls=walls.describe(),
         ),
-        serving=serving(status.sign_in),
+        serving=served,
+        scenarios=known_scenarios(project, local=served == "local") if status.unwrapped else (),
     )
 
 
@@ -284,13 +296,15 @@ def _replay_findings(facts: DoctorFacts, deriver: Deriver) -> list[Finding]:
     for server in facts.status.unwrapped:
         # §4: a scenario whose steps are all wrapped MCP tools runs direct; one step of an unwrapped server
         # makes the whole scenario steer (the model makes each call, bir pins it), and divergence cannot run it.
+        modes = modes_of(server.name, facts.scenarios, set(view.wrapped))
         out.append(
             Finding(
                 "servers",
                 "warning",
                 f"{server.name}: not wrapped ({server.why}): every scenario that calls its tools runs in steer mode"
-                " instead of direct, and no step of it runs by itself",
+                f" instead of direct, and no step of it runs by itself. {describe_modes(server.name, modes)}",
                 server.fix,
+                tuple(modes),
             )
         )
     if view.replay and deriver == "nobody":

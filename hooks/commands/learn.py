@@ -17,9 +17,10 @@ from typing import Final, TextIO
 import anyio
 
 from bir.core import config
-from bir.core.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from bir.core.exits import EXIT_OK
 from bir.core.paths import resolve_project
 from bir.hooks.commands.result import (
+    CommandError,
     CommandResult,
     Subparsers,
     add_command,
@@ -43,7 +44,9 @@ def add_parser(sub: Subparsers) -> None:
         ["bir learn", "bir learn --since 2026-11-01 --dry", "bir learn --project ~/src/app --json"],
     )
     project_flag(learn)
-    learn.add_argument("--since", metavar="DATE", help="only turns from this day on (YYYY-MM-DD, or an ISO time)")
+    learn.add_argument(
+        "--since", metavar="DATE", type=_since, help="only turns from this day on (YYYY-MM-DD, or an ISO time)"
+    )
     learn.add_argument("--dry", action="store_true", help="read and count what would be learned; write nothing")
     json_flag(learn)
     learn.set_defaults(run=run)
@@ -61,6 +64,19 @@ def parse_since(text: str | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return when.timestamp()
+
+
+def _since(text: str) -> str:
+    """``--since`` checked while the command line is read, so a bad date is a usage error like any other.
+
+    Raises:
+        argparse.ArgumentTypeError: not a date.
+    """
+    try:
+        parse_since(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD, or an ISO time)") from None
+    return text
 
 
 class _Progress:
@@ -148,26 +164,21 @@ def run(args: argparse.Namespace) -> int:
     from bir.hooks.local.store import StoreError
 
     log_for_later()
+    # Refusals go to bir.cli as CommandError: one JSON document with --json, words on stderr without.
     if not wants_local():
-        sys.stderr.write(
-            "bir learn fills the local store; this machine uses a remote service (BIR_SERVICE=local to learn here)\n"
+        raise CommandError(
+            "learning fills the local store, and this machine uses a remote service (BIR_SERVICE=local to learn here)",
+            code="remote_service",
         )
-        return EXIT_FAILED
-    try:
-        since = parse_since(args.since)
-    except ValueError:
-        sys.stderr.write(f"bir learn: --since {args.since!r} is not a date (YYYY-MM-DD, or an ISO time)\n")
-        return EXIT_USAGE
+    since = parse_since(args.since)
     project = resolve_project(args.project)
     if not project.is_dir():
-        sys.stderr.write(f"bir learn: {project} is not a directory\n")
-        return EXIT_FAILED
+        raise CommandError(f"{project} is not a directory")
     progress = _Progress(sys.stderr) if not args.json else None
     try:
         data = anyio.run(lambda: learn_project(project, since=since, dry=args.dry, progress=progress))
     except StoreError as exc:
-        sys.stderr.write(f"bir learn: {exc}\n")
-        return EXIT_FAILED
+        raise CommandError(str(exc), code="store_unusable") from None
     finally:
         if progress is not None:
             progress.clear()

@@ -273,7 +273,7 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return _editing(args, io)
         if args.command == "scenario" and args.scenario_command in ("export", "import"):
             log_for_later()
-            return _store_file(args, out, err)
+            return _store_file(args, io)
         if verbose:
             set_stream(err)
         else:
@@ -307,13 +307,18 @@ async def _run(args: argparse.Namespace, io: _Io) -> int:
     read_timeout_s = config.require_int("BIR_READ_TIMEOUT_MS") / 1000
     # The local service when it is the one in use; a command that only reads needs no model.
     client = local_client(load_model=False) if wants_local() else ServiceClient()
-    async with client as service:
-        api = ScenarioApi(service, read_timeout_s=read_timeout_s)
-        try:
-            handler = _HANDLERS[command]
-            return await handler(args, api, io, plan)
-        except ServiceError as exc:
-            return _no_answer(exc, io)
+    try:
+        async with client as service:
+            api = ScenarioApi(service, read_timeout_s=read_timeout_s)
+            try:
+                handler = _HANDLERS[command]
+                return await handler(args, api, io, plan)
+            except ServiceError as exc:
+                return _no_answer(exc, io)
+    except StoreError as exc:
+        # The local service's store cannot be opened: said like match and forget say it, not a traceback.
+        io.refuse("store_unusable", str(exc))
+        return EXIT_FAILED
 
 
 async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
@@ -358,7 +363,7 @@ async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
     return EXIT_OK if found["matched"] else EXIT_FAILED
 
 
-def _store_file(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _store_file(args: argparse.Namespace, io: _Io) -> int:
     """``bir scenario export|import FILE``: the local store's own file work, no service involved."""
     try:
         if args.scenario_command == "export":
@@ -366,12 +371,9 @@ def _store_file(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         else:
             result = scenario_store.import_store(args.file.expanduser())
     except CommandError as exc:
-        if args.json:
-            code = "usage" if exc.exit_code == EXIT_USAGE else "refused"
-            out.write(json.dumps({"error": code, "message": str(exc)}, ensure_ascii=False) + "\n")
-        err.write(f"bir scenario {args.scenario_command}: {exc}\n")
+        io.refuse("usage" if exc.exit_code == EXIT_USAGE else "refused", str(exc))
         return exc.exit_code
-    return print_result(result, args.json, out)
+    return print_result(result, args.json, io.out)
 
 
 # --- the service's answers in words -------------------------------------------------------------------

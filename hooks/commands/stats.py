@@ -14,9 +14,9 @@ import sys
 from typing import Any
 
 from bir.core import config
-from bir.core.exits import EXIT_FAILED, EXIT_OK
+from bir.core.exits import EXIT_OK
 from bir.core.paths import resolve_project
-from bir.hooks.commands.result import CommandResult, Subparsers, add_command, json_flag, print_result
+from bir.hooks.commands.result import CommandError, CommandResult, Subparsers, add_command, json_flag, print_result
 from bir.hooks.local import wants_local
 
 
@@ -75,10 +75,10 @@ def run(args: argparse.Namespace) -> int:
     from bir.hooks.local.store import Store, StoreError, default_path
 
     if not wants_local():
-        sys.stderr.write(
-            "bir stats reads the local service; this machine uses a remote one (BIR_SERVICE=local to read it)\n"
+        raise CommandError(
+            "the figures are the local service's, and this machine uses a remote one (BIR_SERVICE=local to read them)",
+            code="remote_service",
         )
-        return EXIT_FAILED
     path = default_path(config.home())
     project = str(resolve_project(args.project)) if args.project else None
     if not path.exists():
@@ -91,8 +91,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             store = Store(path)
         except StoreError as exc:
-            sys.stderr.write(f"bir stats: {exc}\n")
-            return EXIT_FAILED
+            raise CommandError(str(exc), code="store_unusable") from None
         try:
             data = stats_of(store, project)
         finally:

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from bir.core.tool_output import call_result
 from bir.hooks.local import words as lexicon
 
 MIN_PROMPT_VALUE_CHARS: Final = 3
@@ -74,14 +75,16 @@ def is_mcp(tool: str) -> bool:
 
 
 def parse_output(tool: str, text: str) -> Any:
-    """A recorded output as a value: its JSON when it is JSON, else the text. A bare MCP content array
-    (a hook's view of a server that is not wrapped) reads as the ``CallToolResult`` it stands for."""
+    """A recorded output as a value: its JSON when it is JSON, else the text. An MCP output reads as its
+    canonical ``CallToolResult`` (``core.tool_output.call_result``) whatever it was recorded as: a bare content
+    array (a hook's view of a server that is not wrapped) or, recorded before that rule, a proxy's result
+    with ``structuredContent``, which no replay would show a body."""
     try:
         value = json.loads(text)
     except (ValueError, TypeError):
         return text
-    if is_mcp(tool) and isinstance(value, list):
-        return {"content": value}
+    if is_mcp(tool):
+        return call_result(value)
     return value
 
 

@@ -20,13 +20,22 @@ def test_a_proxys_result_and_a_hooks_content_array_give_the_same_text() -> None:
     assert json.loads(step_output_text("mcp__fleet__list_devices", from_hook)) == {"content": CONTENT, "isError": False}
 
 
-def test_the_canonical_result_keeps_structured_content_and_says_is_error_always() -> None:
+def test_the_canonical_result_is_content_and_is_error_only_and_says_is_error_always() -> None:
     assert call_result({"content": CONTENT, "structuredContent": {"n": 1}, "_meta": {"x": 1}}) == {
         "content": CONTENT,
         "isError": False,
-        "structuredContent": {"n": 1},
     }
     assert call_result({"content": [], "isError": True}) == {"content": [], "isError": True}
+
+
+def test_a_tool_with_structured_output_gives_the_same_text_through_a_proxy_and_through_a_hook() -> None:
+    # What the host's hook never shows (structuredContent) is in no source's text, so no body can need it.
+    issues = {"issues": [{"key": "WEB-101", "priority": 41}]}
+    content = [{"type": "text", "text": json.dumps(issues)}]
+    from_proxy = {"content": content, "structuredContent": issues, "isError": False}
+    assert step_output_text("mcp__tracker__search_issues", from_proxy) == step_output_text(
+        "mcp__tracker__search_issues", content
+    )
 
 
 @pytest.mark.parametrize("other", [{"error": "boom"}, "plain text", None, {"content": "not a list"}])

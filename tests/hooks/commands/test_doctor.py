@@ -12,14 +12,16 @@ from typing import Any
 import pytest
 
 from bir.cli import main
-from bir.core import credentials
+from bir.core import config, credentials
 from bir.core.off_switch import OffState
 from bir.hooks import api
-from bir.hooks.commands import doctor
+from bir.hooks.commands import doctor, server_modes
 from bir.hooks.commands.doctor import DoctorFacts, EvaluatorFacts, HookFact
 from bir.hooks.commands.probes import ControlFacts, ServiceCheck, Serving
+from bir.hooks.commands.server_modes import KnownScenario
 from bir.hooks.commands.status import StatusFacts
 from bir.hooks.discovery import Discovery
+from bir.hooks.local.store import Store, default_path
 from tests.hooks.ops_facts import replay_view_of
 
 
@@ -260,6 +262,70 @@ def test_every_unwrapped_server_is_named_with_the_mode_its_scenarios_get_and_the
     text = capsys.readouterr().out
     assert "unwrapped: db (not approved in Claude Code yet (db-server --ro)): its scenarios steer" in text
     assert "bir install --approve db" in text
+
+
+def store_scenario(store: Store, scenario_id: str, project: Path | str, tools: list[str], state: str = "ready") -> None:
+    steps = [{"stepIndex": i, "toolName": t, "toolInputLogic": "return {};"} for i, t in enumerate(tools)]
+    store.put_scenario(
+        scenario_id,
+        project=str(project),
+        run_id=None,
+        state=state,
+        reason=None,
+        body={"id": scenario_id, "intent": f"the {scenario_id} task", "steps": steps},
+        template=None,
+        normalized=None,
+    )
+
+
+def test_an_unwrapped_servers_finding_lists_the_known_scenarios_that_call_it_with_the_mode_each_gets(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BIR_AUTH_URL", raising=False)
+    monkeypatch.delenv("BIR_SERVICE", raising=False)
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"db": {"command": "db-server"}}}))
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    capsys.readouterr()
+    store = Store(default_path(config.home()))
+    try:
+        store_scenario(store, "scn_only_db", project, ["mcp__db__query", "mcp__db__query"])
+        # fleet is wrapped here: with db wrapped too, this one runs direct.
+        store_scenario(store, "scn_db_and_fleet", project, ["mcp__fleet__list_devices", "mcp__db__query"])
+        store_scenario(store, "scn_db_and_read", project, ["mcp__db__query", "Read"])
+        store_scenario(store, "scn_not_ready", project, ["mcp__db__query"], state="not_ready")
+        store_scenario(store, "scn_elsewhere", "/another/project", ["mcp__db__query"])
+        store_scenario(store, "scn_fleet_only", project, ["mcp__fleet__get_device"])
+    finally:
+        store.close()
+
+    _, data = doctor_json(capsys, project)
+    db = finding(data, "servers", "db: not wrapped")
+    assert [(m["scenario"], m["where"], m["mode"], m["modeOnceWrapped"]) for m in db["scenarios"]] == [
+        ("scn_only_db", "local store", "steer", "direct"),
+        ("scn_db_and_fleet", "local store", "steer", "direct"),
+        ("scn_db_and_read", "local store", "steer", "steer"),
+    ]
+    assert 'scn_only_db "the scn_only_db task" (local store): steer here, direct once it is wrapped' in db["text"]
+    assert "scn_db_and_read" in db["text"]
+    assert "steer even wrapped (it has steps only the session runs)" in db["text"]
+    assert "scn_not_ready" not in db["text"]
+    assert "scn_elsewhere" not in db["text"]
+    assert db["fix"] == "bir install --approve db"
+    assert main(["doctor", "--project", str(project)]) == 0
+    assert "scn_db_and_fleet" in capsys.readouterr().out
+
+
+def test_an_unwrapped_server_no_known_scenario_calls_says_so_and_many_are_counted() -> None:
+    assert server_modes.describe("db", []) == "No scenario bir knows calls db's tools yet."
+    known = [KnownScenario(f"scn_{i}", "local store", None, ("mcp__db__q",)) for i in range(server_modes.MAX_SHOWN + 3)]
+    modes = server_modes.modes_of("db", known, {"fleet"})
+    said = server_modes.describe("db", modes)
+    assert said.count("steer here, direct once it is wrapped") == server_modes.MAX_SHOWN
+    assert said.endswith("; and 3 more.")
+    # A packaged example that calls a server of that name is one bir knows too.
+    packaged = server_modes.known_scenarios(Path("/nowhere"), local=False)
+    fleet = {m.scenario.name: m.once_wrapped for m in server_modes.modes_of("fleet", packaged, set())}
+    assert fleet == {"fleet-direct": "direct", "fleet-mixed": "steer"}
 
 
 def with_walls(walls: dict[str, str]) -> DoctorFacts:

@@ -84,6 +84,31 @@ async def test_a_tie_for_the_highest_value_on_new_data_fails_closed(pool: Evalua
     assert "more than one row has the highest" in run.error["message"]
 
 
+async def test_a_recording_that_carries_structured_content_gives_bodies_that_read_only_the_content(
+    pool: EvaluatorPool,
+) -> None:
+    # Recorded through a proxy before structuredContent left the canonical form: the scenario must still run
+    # where the host's hook (the bare content array) is all there is.
+    rows = [{"key": "WEB-101", "priority": 41}, {"key": "WEB-115", "priority": 82}]
+    listed = {"issues": rows}
+    search = {"content": [{"type": "text", "text": json.dumps(listed)}], "structuredContent": listed}
+    got = {"content": [{"type": "text", "text": json.dumps(rows[1])}], "structuredContent": rows[1]}
+    run = [
+        {"stepIndex": 0, "toolName": "mcp__tracker__search_issues", "toolInput": {"project": "WEB"}},
+        {"stepIndex": 1, "toolName": "mcp__tracker__get_issue", "toolInput": {"key": "WEB-115"}},
+    ]
+    run[0]["toolOutput"], run[1]["toolOutput"] = json.dumps(search), json.dumps(got)
+    draft = draft_scenario("show the top priority issue of project WEB", recorded_steps(run))
+    verdict = await check(pool, "scn_case", draft)
+    assert verdict.state == "ready", verdict.reason
+    assert "structuredContent" not in str(verdict.scenario["steps"][0]["toolOutputLogic"])
+    api = [{"key": "API-107", "priority": 93}, {"key": "API-110", "priority": 37}]
+    from_hook = json.dumps([{"type": "text", "text": json.dumps({"issues": api})}])
+    replayed = await dry_run(pool, verdict.scenario, {"project": "API"}, [from_hook, "{}"])
+    assert replayed.ok, replayed.error
+    assert [s["input"] for s in replayed.steps] == [{"project": "API"}, {"key": "API-107"}]
+
+
 def test_housekeeping_failures_and_model_written_steps_are_sorted_out_with_their_reasons() -> None:
     case = next(c for c in CASES if c.name == "a_failed_step_and_a_retry")
     kept, excluded = sort_steps(case.prompt, recorded_steps(case.bodies()))
