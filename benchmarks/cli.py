@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bir.core import config
 from bir.core.exits import EXIT_USAGE
 from bir.hooks.commands.progress import Progress
 from bir.hooks.commands.result import BENCH_EXIT_CODES, CommandError, Subparsers, add_command, json_flag
@@ -102,7 +103,7 @@ def add_parser(sub: Subparsers) -> None:
     wl.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run one benchmark; answer its exit status.
 
     Raises:
