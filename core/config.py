@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import _thread
 import os
+from collections import namedtuple
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 from bir.core.secret_values import register_secret_variables
 
@@ -299,56 +300,73 @@ _VARS: tuple[Variable, ...] = (
 )
 
 
-class Settings(NamedTuple):
+def field_name(var: Variable) -> str:
+    """The ``Settings`` field of ``var``: its name without ``BIR_``, in lower case."""
+    return var.name.removeprefix("BIR_").lower()
+
+
+if TYPE_CHECKING:
+
+    class _Fields(NamedTuple):
+        # One per row of ``_VARS``, in its order, typed by its kind and default (a test holds them to it).
+        home: Path
+        logic_timeout_ms: int
+        logic_memory_mb: int
+        logic_workers: int
+        logic_max_jobs: int
+        logic_budget_margin: float
+        logic_walls: bool
+        logic_queue: int
+        logic_engine: Literal["v8", "quickjs"]
+        logic_engine_surface: Literal["auto", "public"]
+        replay: bool | None
+        off: bool
+        min_steer_similarity: float
+        replay_recorded_outputs: bool
+        replay_allow_servers: tuple[str, ...] | None
+        correlation_decision: Literal["none", "allow", "ask"]
+        step_timeout_ms: int
+        replay_plan_budget_ms: int
+        replay_budget_ms: int | None
+        derive_budget_ms: int
+        hook_derive_budget_ms: int
+        pretool_replay_budget_ms: int
+        match_budget_ms: int
+        match_slow_ms: int
+        service_timeout_ms: int
+        scenario_run_timeout_ms: int
+        scenario_debug: bool
+        scenario_tools: Literal["read"] | None
+        scenario_max_output_chars: int
+        read_timeout_ms: int
+        auth_url: str | None
+        service: Literal["local", "remote"] | None
+        local_store_mb: int
+        local_match_scope: Literal["project", "user"]
+        local_embed_min_similarity: float
+        local_min_runs: int
+        local_model_max_usd: float
+        token: str | None
+        derive_api_key: str | None
+        use_anthropic_api_key: bool
+        derive_model: str
+        control_idle_ms: int
+        server_name: str | None
+
+else:
+    # At run time the fields come from the table itself: a typing.NamedTuple would turn each annotation
+    # into a compiled ForwardRef on import, about a millisecond of every bir-hook call (`bir bench pin`).
+    _Fields = namedtuple("_Fields", [field_name(var) for var in _VARS])
+
+
+class Settings(_Fields):
     """Every ``BIR_*`` variable, read once (``load``) and passed down: one field per row of ``_VARS``, in
     its order, named as the variable without ``BIR_`` in lower case and typed by its kind and default (a
     variable with a default is never None). A misspelt field is an error for mypy, not a ``KeyError``
     at the first use. A tuple, not a dataclass: ``bir-hook`` imports this module at every tool call.
     """
 
-    home: Path
-    logic_timeout_ms: int
-    logic_memory_mb: int
-    logic_workers: int
-    logic_max_jobs: int
-    logic_budget_margin: float
-    logic_walls: bool
-    logic_queue: int
-    logic_engine: Literal["v8", "quickjs"]
-    logic_engine_surface: Literal["auto", "public"]
-    replay: bool | None
-    off: bool
-    min_steer_similarity: float
-    replay_recorded_outputs: bool
-    replay_allow_servers: tuple[str, ...] | None
-    correlation_decision: Literal["none", "allow", "ask"]
-    step_timeout_ms: int
-    replay_plan_budget_ms: int
-    replay_budget_ms: int | None
-    derive_budget_ms: int
-    hook_derive_budget_ms: int
-    pretool_replay_budget_ms: int
-    match_budget_ms: int
-    match_slow_ms: int
-    service_timeout_ms: int
-    scenario_run_timeout_ms: int
-    scenario_debug: bool
-    scenario_tools: Literal["read"] | None
-    scenario_max_output_chars: int
-    read_timeout_ms: int
-    auth_url: str | None
-    service: Literal["local", "remote"] | None
-    local_store_mb: int
-    local_match_scope: Literal["project", "user"]
-    local_embed_min_similarity: float
-    local_min_runs: int
-    local_model_max_usd: float
-    token: str | None
-    derive_api_key: str | None
-    use_anthropic_api_key: bool
-    derive_model: str
-    control_idle_ms: int
-    server_name: str | None
+    __slots__ = ()
 
     def __repr__(self) -> str:
         # A secret (or a URL's userinfo) never reaches a log line or a traceback through a repr.
@@ -367,11 +385,6 @@ register_secret_variables(SECRETS)
 
 _clamped_lock = _thread.allocate_lock()
 _clamped_logged: set[tuple[str, str]] = set()
-
-
-def field_name(var: Variable) -> str:
-    """The ``Settings`` field of ``var``: its name without ``BIR_``, in lower case."""
-    return var.name.removeprefix("BIR_").lower()
 
 
 def _raw(name: str, env: Mapping[str, str] | None) -> str | None:

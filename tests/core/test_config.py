@@ -90,17 +90,30 @@ def _expected_type(var: Variable) -> object:
     return base if var.default is not None else base | None  # type: ignore[operator]
 
 
+def _typed_fields() -> dict[str, object]:
+    """The fields of the ``Settings`` mypy checks against (``_Fields`` under ``TYPE_CHECKING``), each
+    with its annotation evaluated."""
+    tree = ast.parse((ROOT / "core" / "config.py").read_text(encoding="utf-8"))
+    (typed,) = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name == "_Fields"]
+    names = {"Path": Path, "Literal": typing.Literal}
+    return {
+        node.target.id: eval(ast.unparse(node.annotation), names)
+        for node in typed.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    }
+
+
 def test_the_settings_have_one_field_per_variable_in_order_typed_by_its_kind_and_default() -> None:
-    fields = list(Settings._fields)
+    typed = _typed_fields()
     names = [config.field_name(var) for var in VARIABLES.values()]
-    assert [f for f in names if f not in fields] == [], "a variable in the table has no Settings field"
-    assert [f for f in fields if f not in names] == [], "a Settings field has no variable in the table"
-    assert fields == names, "the Settings fields are not in the table's order"
-    hints = typing.get_type_hints(Settings)
+    assert list(Settings._fields) == names
+    assert [f for f in names if f not in typed] == [], "a variable in the table has no field in _Fields"
+    assert [f for f in typed if f not in names] == [], "a field in _Fields has no variable in the table"
+    assert list(typed) == names, "the fields of _Fields are not in the table's order"
     wrong = {
-        var.name: (hints[config.field_name(var)], _expected_type(var))
+        var.name: (typed[config.field_name(var)], _expected_type(var))
         for var in VARIABLES.values()
-        if hints[config.field_name(var)] != _expected_type(var)
+        if typed[config.field_name(var)] != _expected_type(var)
     }
     assert wrong == {}, "annotated type, expected type"
 
