@@ -1,13 +1,15 @@
 """The ``bir`` command line: a thin layer over the subsystems (``main`` → parse → run → print).
 
 The one composition root: it may import every package. Each command module registers its parser with
-``add_parser(sub)`` and answers through ``run(args) -> int`` (set as the parser's default); commands
+``add_parser(sub)`` and answers through ``run(args, settings) -> int`` (set as the parser's default),
+``settings`` being every ``BIR_*`` variable read once here (``bir.core.config.load``); commands
 talk to people on stdout, or print exactly one JSON document with ``--json`` — a usage error, a
 refusal, a bad ``BIR_*`` value and an interrupt included (``{"error": …, "message": …}``) — and then
 nothing else on stdout or stderr. The JSON log lines of this process, of the control server it may
 start and of the proxies it spawns go to ``<BIR_HOME>/logs/`` unless ``--verbose`` sends them to
 stderr. Every ``BIR_*`` value is checked before any command runs (``bir doctor`` and ``bir config``
-show a bad one instead), so a bad one never costs a network call.
+show a bad one instead, and are given the others with the bad ones read as unset), so a bad one never
+costs a network call.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage(refused, as_json)
     as_json = bool(getattr(args, "json", False))
     name: str = getattr(args, "command_name", f"bir {args.command}")
-    run: Callable[[argparse.Namespace], int] = args.run
+    run: Callable[[argparse.Namespace, config.Settings], int] = args.run
     if not getattr(args, "verbose", False):
         log_for_later()
 
@@ -98,8 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if getattr(args, "checks_config", True):
-            config.validate_all()
-        return run(args)
+            settings = config.load()
+        else:
+            settings, _ = config.load_lenient()
+        return run(args, settings)
     except UsageError as exc:
         return _usage(exc, as_json)
     except CommandError as exc:

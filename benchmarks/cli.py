@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
+from bir.core import config
 from bir.core.exits import EXIT_USAGE
 from bir.core.truncate import one_line
 from bir.hooks.commands.progress import Progress
@@ -143,7 +144,7 @@ def claude_binary(given: Path) -> Path:
     return claude
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run one benchmark; answer its exit status.
 
     Raises:

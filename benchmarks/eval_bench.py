@@ -148,7 +148,7 @@ def measure(counts: Counts, *, mode: str, progress: Callable[[str], None] = lamb
         RuntimeError: a pool's workers did not start.
         ConfigError: a ``BIR_LOGIC_*`` variable is malformed.
     """
-    workers = config.require_int("BIR_LOGIC_WORKERS")
+    workers = config.load().logic_workers
     started = time.monotonic()
     load_before = os.getloadavg()
     args = {case.name: case.args_factory() for case in CASES}
@@ -164,8 +164,8 @@ def measure(counts: Counts, *, mode: str, progress: Callable[[str], None] = lamb
             **asdict(counts),
             "workers": workers,
             "max_jobs": BENCH_MAX_JOBS,
-            "timeout_ms": config.require_int("BIR_LOGIC_TIMEOUT_MS"),
-            "memory_mb": config.require_int("BIR_LOGIC_MEMORY_MB"),
+            "timeout_ms": config.load().logic_timeout_ms,
+            "memory_mb": config.load().logic_memory_mb,
         },
         "cases": {},
     }
@@ -201,7 +201,7 @@ def _run_floor(cases: Sequence[Case], args: dict[str, tuple[object, ...]], count
         warmup=counts.warmup,
         calls=counts.sequential,
         mix=MIX,
-        memory_mb=config.require_int("BIR_LOGIC_MEMORY_MB"),
+        memory_mb=config.load().logic_memory_mb,
     )
     try:
         done = subprocess.run(
@@ -279,7 +279,7 @@ async def _measure_pools(
     recycling: list[dict[str, Any]] | None = None
     if counts.recycle_calls > 0:
         recycling = []
-        for max_jobs in (config.require_int("BIR_LOGIC_MAX_JOBS"), SMALL_MAX_JOBS):
+        for max_jobs in (config.load().logic_max_jobs, SMALL_MAX_JOBS):
             for load in ("sequential", "saturated"):
                 progress(f"recycling at max_jobs {max_jobs}, {load}…")
                 row, pool_stats = await _recycling(calls[MIX], counts, workers, max_jobs, load)
@@ -385,7 +385,7 @@ async def _walls_cost(batch: Sequence[_Call], counts: Counts) -> dict[str, Any]:
 async def _time_start(cwd: str, *, walls: bool) -> tuple[int, Hello]:
     """One worker's start, spawn to handshake, in ns, and its handshake; the worker is then stopped."""
     worker = WorkerProcess(
-        WorkerEvents(), engine="v8", memory_mb=config.require_int("BIR_LOGIC_MEMORY_MB"), cwd=cwd,
+        WorkerEvents(), engine="v8", memory_mb=config.load().logic_memory_mb, cwd=cwd,
         job_budget=BENCH_MAX_JOBS, codec=Codec(), walls=walls,
     )  # fmt: skip
     started = time.perf_counter_ns()

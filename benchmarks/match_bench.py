@@ -438,7 +438,7 @@ def _accuracy(model: Any) -> dict[str, Any]:
     from bir.hooks.local import match
 
     index = corpus_index(model.embed)
-    ours = config.get_float("BIR_LOCAL_EMBED_MIN_SIMILARITY") or SERVICE_THRESHOLD
+    ours = config.load().local_embed_min_similarity
     recorded = list(RECORDED)
     raw = {p: model.embed(p) for p in recorded}
     out: dict[str, dict[str, Any]] = {}

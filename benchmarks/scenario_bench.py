@@ -125,10 +125,10 @@ def current_limit() -> dict[str, Any]:
         ConfigError: the variable holds something that is not a number.
     """
     variable = config.VARIABLES[TIMEOUT_VARIABLE]
-    setting = next(s for s in config.settings() if s.name == TIMEOUT_VARIABLE)
+    setting = next(s for s in config.rows() if s.name == TIMEOUT_VARIABLE)
     raw = os.environ.get(TIMEOUT_VARIABLE)
     return {
-        "value_ms": config.require_int(TIMEOUT_VARIABLE),
+        "value_ms": config.load().logic_timeout_ms,
         "source": setting.source,
         "raw": raw.strip() if raw is not None and setting.source == "environment" else None,
         "default_ms": variable.default,
@@ -199,9 +199,9 @@ async def _params(
         derived = await derive_parameters(
             prompt=args.prompt,
             scenario=scenario,
-            api_key=resolve_api_key(),
+            api_key=resolve_api_key(config.load()),
             service=service if service.configured else None,
-            timeout_s=config.require_int("BIR_DERIVE_BUDGET_MS") / 1000,
+            timeout_s=config.load().derive_budget_ms / 1000,
             redact=redact_text,
         )
         for name, value in derived.params.items():

@@ -1,7 +1,9 @@
 """Every ``BIR_*`` variable bir reads: its default, its ceiling and one line of documentation.
 
-Nothing else in bir reads ``os.environ`` for a ``BIR_*`` name. A number past its ceiling is brought
-under it and logged once as ``replay.budget_clamped``; a value that is not a number raises
+Nothing else in bir reads ``os.environ`` for a ``BIR_*`` name, nor looks a variable up by its name: each
+process reads them all once (``load``) into a typed, frozen ``Settings`` its composition root passes down
+(``bir-hook``, which reads only ``home`` and ``off``, has a function for each). A number past its ceiling
+is brought under it and logged once as ``replay.budget_clamped``; a value that is not a number raises
 ``ConfigError`` naming the variable (the CLI turns it into a one-line error, never a traceback).
 The README's table is generated from ``VARIABLES`` (``bir config --markdown``) and a test keeps the two
 in step.
@@ -11,9 +13,10 @@ from __future__ import annotations
 
 import _thread
 import os
+from collections import namedtuple
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 from bir.core.secret_values import register_secret_variables
 
@@ -296,19 +299,92 @@ _VARS: tuple[Variable, ...] = (
     ),
 )
 
+
+def field_name(var: Variable) -> str:
+    """The ``Settings`` field of ``var``: its name without ``BIR_``, in lower case."""
+    return var.name.removeprefix("BIR_").lower()
+
+
+if TYPE_CHECKING:
+
+    class _Fields(NamedTuple):
+        # One per row of ``_VARS``, in its order, typed by its kind and default (a test holds them to it).
+        home: Path
+        logic_timeout_ms: int
+        logic_memory_mb: int
+        logic_workers: int
+        logic_max_jobs: int
+        logic_budget_margin: float
+        logic_walls: bool
+        logic_queue: int
+        logic_engine: Literal["v8", "quickjs"]
+        logic_engine_surface: Literal["auto", "public"]
+        replay: bool | None
+        off: bool
+        min_steer_similarity: float
+        replay_recorded_outputs: bool
+        replay_allow_servers: tuple[str, ...] | None
+        correlation_decision: Literal["none", "allow", "ask"]
+        step_timeout_ms: int
+        replay_plan_budget_ms: int
+        replay_budget_ms: int | None
+        derive_budget_ms: int
+        hook_derive_budget_ms: int
+        pretool_replay_budget_ms: int
+        match_budget_ms: int
+        match_slow_ms: int
+        service_timeout_ms: int
+        scenario_run_timeout_ms: int
+        scenario_debug: bool
+        scenario_tools: Literal["read"] | None
+        scenario_max_output_chars: int
+        read_timeout_ms: int
+        auth_url: str | None
+        service: Literal["local", "remote"] | None
+        local_store_mb: int
+        local_match_scope: Literal["project", "user"]
+        local_embed_min_similarity: float
+        local_min_runs: int
+        local_model_max_usd: float
+        token: str | None
+        derive_api_key: str | None
+        use_anthropic_api_key: bool
+        derive_model: str
+        control_idle_ms: int
+        server_name: str | None
+
+else:
+    # At run time the fields come from the table itself: a typing.NamedTuple would turn each annotation
+    # into a compiled ForwardRef on import, about a millisecond of every bir-hook call (`bir bench pin`).
+    _Fields = namedtuple("_Fields", [field_name(var) for var in _VARS])
+
+
+class Settings(_Fields):
+    """Every ``BIR_*`` variable, read once (``load``) and passed down: one field per row of ``_VARS``, in
+    its order, named as the variable without ``BIR_`` in lower case and typed by its kind and default (a
+    variable with a default is never None). A misspelt field is an error for mypy, not a ``KeyError``
+    at the first use. A tuple, not a dataclass: ``bir-hook`` imports this module at every tool call.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        # A secret (or a URL's userinfo) never reaches a log line or a traceback through a repr.
+        from bir.core.urls import hide_userinfo
+
+        shown = (
+            f"{field}={'(set)' if var.secret and value is not None else hide_userinfo(repr(value))}"
+            for field, var, value in zip(self._fields, _VARS, self, strict=True)
+        )
+        return f"Settings({', '.join(shown)})"
+
+
 VARIABLES: Mapping[str, Variable] = {v.name: v for v in _VARS}
 SECRETS: frozenset[str] = frozenset(v.name for v in _VARS if v.secret)
 register_secret_variables(SECRETS)
 
 _clamped_lock = _thread.allocate_lock()
 _clamped_logged: set[tuple[str, str]] = set()
-
-
-def _variable(name: str) -> Variable:
-    try:
-        return VARIABLES[name]
-    except KeyError:
-        raise KeyError(f"{name} is not a documented BIR_* variable (add it to bir.core.config)") from None
 
 
 def _raw(name: str, env: Mapping[str, str] | None) -> str | None:
@@ -334,27 +410,25 @@ def _bound(var: Variable, value: float) -> float:
     return value
 
 
-def get_int(name: str, env: Mapping[str, str] | None = None) -> int | None:
-    var = _variable(name)
-    raw = _raw(name, env)
+def _int(var: Variable, env: Mapping[str, str] | None) -> int | None:
+    raw = _raw(var.name, env)
     if raw is None:
         return None if var.default is None else int(var.default)
     try:
         value = int(raw.replace("_", ""))
     except ValueError:
-        raise ConfigError(f"{name} must be a whole number, got {raw[:80]!r}") from None
+        raise ConfigError(f"{var.name} must be a whole number, got {raw[:80]!r}") from None
     return int(_bound(var, value))
 
 
-def get_float(name: str, env: Mapping[str, str] | None = None) -> float | None:
-    var = _variable(name)
-    raw = _raw(name, env)
+def _float(var: Variable, env: Mapping[str, str] | None) -> float | None:
+    raw = _raw(var.name, env)
     if raw is None:
         return None if var.default is None else float(var.default)
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw[:80]!r}") from None
+        raise ConfigError(f"{var.name} must be a number, got {raw[:80]!r}") from None
     return float(_bound(var, value))
 
 
@@ -362,9 +436,8 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-def get_flag(name: str, env: Mapping[str, str] | None = None) -> bool | None:
-    var = _variable(name)
-    raw = _raw(name, env)
+def _flag(var: Variable, env: Mapping[str, str] | None) -> bool | None:
+    raw = _raw(var.name, env)
     if raw is None:
         return None if var.default is None else bool(var.default)
     low = raw.lower()
@@ -372,39 +445,105 @@ def get_flag(name: str, env: Mapping[str, str] | None = None) -> bool | None:
         return True
     if low in _FALSE:
         return False
-    raise ConfigError(f"{name} must be 1 or 0, got {raw[:80]!r}")
+    raise ConfigError(f"{var.name} must be 1 or 0, got {raw[:80]!r}")
 
 
-def get_str(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    var = _variable(name)
-    raw = _raw(name, env)
+def _str(var: Variable, env: Mapping[str, str] | None) -> str | None:
+    raw = _raw(var.name, env)
     if raw is None:
         return None if var.default is None else str(var.default)
     if var.choices and raw.lower() not in var.choices:
-        raise ConfigError(f"{name} must be one of {', '.join(var.choices)}, got {raw[:80]!r}")
+        raise ConfigError(f"{var.name} must be one of {', '.join(var.choices)}, got {raw[:80]!r}")
     return raw.lower() if var.choices else raw
 
 
-def get_list(name: str, env: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
-    _variable(name)
-    raw = _raw(name, env)
+def _list(var: Variable, env: Mapping[str, str] | None) -> tuple[str, ...] | None:
+    raw = _raw(var.name, env)
     if raw is None:
         return None
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
-def require_int(name: str, env: Mapping[str, str] | None = None) -> int:
-    """An int variable that has a default, as a plain int."""
-    value = get_int(name, env)
-    if value is None:
-        raise KeyError(f"{name} has no default")
-    return value
+def _path(var: Variable, env: Mapping[str, str] | None) -> Path:
+    raw = _raw(var.name, env)
+    return Path(raw if raw is not None else str(var.default)).expanduser()
+
+
+_READERS: Final[Mapping[Kind, Callable[[Variable, Mapping[str, str] | None], object]]] = {
+    "int": _int,
+    "float": _float,
+    "flag": _flag,
+    "str": _str,
+    "choice": _str,
+    "list": _list,
+    "path": _path,
+}
+_HOME: Final = _VARS[0]
+_OFF: Final = next(v for v in _VARS if v.name == "BIR_OFF")
 
 
 def home(env: Mapping[str, str] | None = None) -> Path:
-    """``BIR_HOME``, or ``~/.baseinstrunner``."""
-    raw = _raw("BIR_HOME", env)
-    return Path(raw if raw is not None else "~/.baseinstrunner").expanduser()
+    """``BIR_HOME``, or ``~/.baseinstrunner``, alone: ``bir-hook``'s path reads no other variable but ``off``."""
+    return _path(_HOME, env)
+
+
+def off(env: Mapping[str, str] | None = None) -> bool:
+    """``BIR_OFF`` alone, for ``bir-hook`` (which reads nothing else but ``home``).
+
+    Raises:
+        ConfigError: ``BIR_OFF`` holds something other than a flag.
+    """
+    return bool(_flag(_OFF, env))
+
+
+def _value_of(var: Variable, env: Mapping[str, str] | None) -> object:
+    return _READERS[var.kind](var, env)
+
+
+def load(env: Mapping[str, str] | None = None) -> Settings:
+    """Every ``BIR_*`` variable read once (``env``, else this process's environment), for a composition
+    root to pass down; a value past its ceiling is brought under it (logged once).
+
+    Raises:
+        ConfigError: the first variable (in ``VARIABLES`` order) holding a value bir cannot use.
+    """
+    return Settings._make([_value_of(var, env) for var in _VARS])
+
+
+def load_lenient(env: Mapping[str, str] | None = None) -> tuple[Settings, list[tuple[str, ConfigError]]]:
+    """``load``, but a variable bir cannot use reads as unset (its default) and is answered with its error:
+    what ``bir doctor`` judges the rest by, and lists."""
+    values: list[object] = []
+    bad: list[tuple[str, ConfigError]] = []
+    for var in _VARS:
+        try:
+            values.append(_value_of(var, env))
+        except ConfigError as exc:
+            bad.append((var.name, exc))
+            values.append(_value_of(var, {}))
+    return Settings._make(values), bad
+
+
+def invalid_variables(env: Mapping[str, str] | None = None) -> list[tuple[str, ConfigError]]:
+    """Every ``BIR_*`` variable holding a value bir cannot use, with its error (``bir doctor`` lists them)."""
+    return load_lenient(env)[1]
+
+
+def bounded(settings: Settings) -> Settings:
+    """``settings`` with every number brought under its variable's ceiling, as ``load`` brings one read
+    from the environment: for values given programmatically (a constructor's arguments, ``_replace``).
+
+    Raises:
+        ConfigError: a number is below its variable's floor.
+    """
+    return Settings._make(_bounded_value(var, value) for var, value in zip(_VARS, settings, strict=True))
+
+
+def _bounded_value(var: Variable, value: object) -> object:
+    if var.kind not in ("int", "float") or not isinstance(value, int | float) or isinstance(value, bool):
+        return value
+    within = _bound(var, value)
+    return int(within) if var.kind == "int" else float(within)
 
 
 def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
@@ -416,52 +555,6 @@ def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name not in SECRETS}
 
 
-def clamp(name: str, value: float) -> float:
-    """Bring a programmatic value (e.g. a constructor argument) under the variable's ceiling."""
-    return _bound(_variable(name), value)
-
-
-_READERS: Final[Mapping[Kind, Callable[[str, Mapping[str, str] | None], object]]] = {
-    "int": get_int,
-    "float": get_float,
-    "flag": get_flag,
-    "str": get_str,
-    "choice": get_str,
-    "list": get_list,
-    "path": lambda name, env: home(env) if name == "BIR_HOME" else _raw(name, env),
-}
-
-
-def value_of(var: Variable, env: Mapping[str, str] | None = None) -> object:
-    """The value of ``var`` in effect, read the way bir reads it.
-
-    Raises:
-        ConfigError: the variable holds a value bir cannot use.
-    """
-    return _READERS[var.kind](var.name, env)
-
-
-def validate_all(env: Mapping[str, str] | None = None) -> None:
-    """Read every ``BIR_*`` variable once, so a bad value stops a command before any network call.
-
-    Raises:
-        ConfigError: the first variable (in ``VARIABLES`` order) holding a value bir cannot use.
-    """
-    for var in _VARS:
-        value_of(var, env)
-
-
-def invalid_variables(env: Mapping[str, str] | None = None) -> list[tuple[str, ConfigError]]:
-    """Every ``BIR_*`` variable holding a value bir cannot use, with its error (``bir doctor`` lists them)."""
-    found: list[tuple[str, ConfigError]] = []
-    for var in _VARS:
-        try:
-            value_of(var, env)
-        except ConfigError as exc:
-            found.append((var.name, exc))
-    return found
-
-
 class Setting(NamedTuple):
     """One row of ``bir config``: the value in effect (``(set)`` for a secret), its default, where it comes from."""
 
@@ -471,40 +564,40 @@ class Setting(NamedTuple):
     source: Literal["environment", "default"]
 
 
-def settings(env: Mapping[str, str] | None = None) -> list[Setting]:
+def rows(env: Mapping[str, str] | None = None) -> list[Setting]:
     """Every variable as ``bir config`` shows it; a value bir cannot use is shown with its error.
 
     Secrets are never shown, only whether they are set, and a URL never with its userinfo.
     """
     from bir.core.urls import hide_userinfo
 
-    rows: list[Setting] = []
+    found: list[Setting] = []
     for var in _VARS:
         raw = _raw(var.name, env)
         default = "unset" if var.default is None else str(var.default)
         if raw is None:
-            rows.append(Setting(var.name, default, default, "default"))
+            found.append(Setting(var.name, default, default, "default"))
             continue
         if var.secret:
-            rows.append(Setting(var.name, "(set)", default, "environment"))
+            found.append(Setting(var.name, "(set)", default, "environment"))
             continue
         try:
-            value = value_of(var, env)
+            value = _value_of(var, env)
         except ConfigError as exc:
             shown = f"invalid: {exc}"
         else:
             shown = ",".join(value) if isinstance(value, tuple) else str(value)
-        rows.append(Setting(var.name, hide_userinfo(shown), default, "environment"))
-    return rows
+        found.append(Setting(var.name, hide_userinfo(shown), default, "environment"))
+    return found
 
 
 def text_table(env: Mapping[str, str] | None = None) -> str:
     """``bir config``'s table for a terminal: name, value in effect, default, where from."""
-    rows = [("variable", "value", "default", "from")]
-    rows += [(s.name, s.value, s.default, s.source) for s in settings(env)]
-    widths = [min(max(len(row[i]) for row in rows), 40) for i in range(3)]
+    table = [("variable", "value", "default", "from")]
+    table += [(s.name, s.value, s.default, s.source) for s in rows(env)]
+    widths = [min(max(len(row[i]) for row in table), 40) for i in range(3)]
     lines = []
-    for row in rows:
+    for row in table:
         cells = [row[i][: widths[i]].ljust(widths[i]) for i in range(3)]
         lines.append("  ".join([*cells, row[3]]).rstrip())
     return "\n".join(lines)

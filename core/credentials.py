@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -142,14 +141,15 @@ def remove(home: Path | None = None) -> bool:
     return True
 
 
-def effective(env: Mapping[str, str] | None = None, home: Path | None = None) -> Effective:
-    """The service URL and token in effect: ``BIR_AUTH_URL`` / ``BIR_TOKEN``, else the stored sign-in.
+def effective(settings: config.Settings | None = None, home: Path | None = None) -> Effective:
+    """The service URL and token in effect: ``BIR_AUTH_URL`` / ``BIR_TOKEN`` of ``settings`` (read now
+    when None), else the sign-in stored under ``home`` (else the settings' ``BIR_HOME``).
 
     The stored token is used only while the URL in effect is the stored one.
     """
-    env_url = config.get_str("BIR_AUTH_URL", env)
-    env_token = config.get_str("BIR_TOKEN", env)
-    stored = load(home if home is not None else config.home(env))
+    settings = settings if settings is not None else config.load()
+    env_url, env_token = settings.auth_url, settings.token
+    stored = load(home if home is not None else settings.home)
     url: str | None = env_url
     url_from: Source = "environment" if env_url else "none"
     if url is None and stored is not None:

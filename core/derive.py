@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import anyio
 import httpx
@@ -49,6 +49,8 @@ PROPERTY_KEY = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
 
 Source = Literal["none", "service", "anthropic", "samples"]
 PriceFn = Callable[[str, Mapping[str, object]], float]
+# BIR_DERIVE_MODEL's default, for a caller that passes no model.
+DEFAULT_MODEL: Final = "claude-haiku-4-5-20251001"
 RedactFn = Callable[[str], str]
 
 
@@ -68,22 +70,20 @@ class Derivation:
     reason: str | None
 
 
-def resolve_api_key(env: Mapping[str, str] | None = None) -> str | None:
+def resolve_api_key(settings: config.Settings, env: Mapping[str, str] | None = None) -> str | None:
     """The derivation key: ``BIR_DERIVE_API_KEY``, else ``ANTHROPIC_API_KEY`` if ``BIR_USE_ANTHROPIC_API_KEY=1``.
 
-    An API-billed Claude Code puts its own ``ANTHROPIC_API_KEY`` in the recorder's environment; it is
-    not spent on derivation unless asked, and ignoring it is logged (``derive.api_key_ignored``).
-
-    Raises:
-        ConfigError: ``BIR_USE_ANTHROPIC_API_KEY`` holds something other than a flag.
+    An API-billed Claude Code puts its own ``ANTHROPIC_API_KEY`` in the recorder's environment (``env``,
+    else this process's); it is not spent on derivation unless asked, and ignoring it is logged
+    (``derive.api_key_ignored``).
     """
-    key = config.get_str("BIR_DERIVE_API_KEY", env)
+    key = settings.derive_api_key
     if key:
         return key
     anthropic_key = (os.environ if env is None else env).get("ANTHROPIC_API_KEY", "").strip()
     if not anthropic_key:
         return None
-    if config.get_flag("BIR_USE_ANTHROPIC_API_KEY", env):
+    if settings.use_anthropic_api_key:
         return anthropic_key
     log_event("derive.api_key_ignored", why="ANTHROPIC_API_KEY is used only with BIR_USE_ANTHROPIC_API_KEY=1")
     return None
@@ -394,8 +394,8 @@ async def derive_parameters(
 ) -> Derivation:
     """Derive a scenario's parameters from the user's prompt (spec §16.3); never raises.
 
-    With ``api_key``, one Messages call to ``anthropic_url`` (``model`` defaults to
-    ``BIR_DERIVE_MODEL``); without one but with a configured ``service``, the service's derive route;
+    With ``api_key``, one Messages call to ``anthropic_url`` (``model``: the caller's ``BIR_DERIVE_MODEL``,
+    else ``DEFAULT_MODEL``); without one but with a configured ``service``, the service's derive route;
     with neither, the samples. ``timeout_s`` bounds the whole derivation; past it, or on any failure,
     the samples stand in with ``reason`` set. ``live_call`` and ``recent_results`` (text, or anything
     JSON-serialisable) go out as redacted text, as does the prompt. The Messages call is priced by
@@ -411,7 +411,7 @@ async def derive_parameters(
         turn = _redacted_turn(prompt, live_call, recent_results, redact)
         with anyio.move_on_after(timeout_s):
             if api_key:
-                resolved_model = model or config.get_str("BIR_DERIVE_MODEL") or "claude-haiku-4-5-20251001"
+                resolved_model = model or DEFAULT_MODEL
                 client = http if http is not None else httpx.AsyncClient()
                 try:
                     return await _via_anthropic(
@@ -456,6 +456,7 @@ async def derive_parameters(
 __all__ = [
     "ANSWER_TOOL",
     "ANTHROPIC_MESSAGES_URL",
+    "DEFAULT_MODEL",
     "Derivation",
     "answer_tool",
     "derive_parameters",

@@ -147,10 +147,10 @@ def project(path: str | os.PathLike[str], home: Path | None = None) -> ProjectSw
     return load(home).projects.get(str(resolve_project(path)))
 
 
-def replay_on(switches: ProjectSwitches | None) -> bool:
+def replay_on(switches: ProjectSwitches | None, env_replay: bool | None) -> bool:
     """Replay as every process reads it (D14): the project's stored switch on (``bir install --replay``,
-    ``bir replay on``) and ``BIR_REPLAY`` not ``0``."""
-    return config.get_flag("BIR_REPLAY") is not False and switches is not None and switches.replay
+    ``bir replay on``) and ``env_replay`` (the process's ``BIR_REPLAY``) not ``0``."""
+    return env_replay is not False and switches is not None and switches.replay
 
 
 def is_installed(path: str | os.PathLike[str], home: Path | None = None) -> bool:

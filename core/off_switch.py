@@ -1,15 +1,14 @@
 """The off switch, one rule for every process: ``BIR_OFF=1``, or the file ``<BIR_HOME>/off`` (``bir off``).
 
-Standard library and ``bir.core.config`` only: ``bir-hook`` reads it at every tool call.
+Standard library only: ``bir-hook`` reads it at every tool call (``BIR_OFF`` and ``BIR_HOME`` come from
+the caller's ``Settings``, or from ``config.off`` and ``config.home`` on ``bir-hook``'s path).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from bir.core import config
 from bir.core.paths import off_file
 
 
@@ -33,20 +32,12 @@ def file_says_off(path: Path) -> bool:
         return False
 
 
-def read_off(env: Mapping[str, str] | None = None) -> OffState:
-    """The off switch now.
-
-    Raises:
-        ConfigError: ``BIR_OFF`` holds an unusable value.
-    """
-    path = off_file(config.home(env))
-    return OffState(env=bool(config.get_flag("BIR_OFF", env)), file=file_says_off(path), path=str(path))
+def read_off(env_off: bool, home: Path) -> OffState:
+    """The off switch now: ``env_off`` (``BIR_OFF``, as the process read it) and the off file under ``home``."""
+    path = off_file(home)
+    return OffState(env=env_off, file=file_says_off(path), path=str(path))
 
 
-def runner_off(env: Mapping[str, str] | None = None) -> bool:
-    """Whether the whole runner is out of the way now (``BIR_OFF`` is looked at first: no file access).
-
-    Raises:
-        ConfigError: ``BIR_OFF`` holds an unusable value.
-    """
-    return bool(config.get_flag("BIR_OFF", env)) or file_says_off(off_file(config.home(env)))
+def runner_off(env_off: bool, home: Path) -> bool:
+    """Whether the whole runner is out of the way now (``env_off`` is looked at first: no file access)."""
+    return env_off or file_says_off(off_file(home))

@@ -30,7 +30,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NoReturn
 
-from bir.core import config
 from bir.core.bundle import BundleEntry, assemble_bundle
 from bir.core.coverage import ReplayMode
 from bir.core.directive import (
@@ -220,7 +219,7 @@ class ScenarioReplayPlan:
         params: Awaitable[Mapping[str, object]],
         pool: Evaluator,
         *,
-        recorded_fallback: bool | None = None,
+        recorded_fallback: bool = False,
         on_step: Callable[[StepVerdict], None] | None = None,
     ) -> None:
         self.scenario = scenario
@@ -233,9 +232,7 @@ class ScenarioReplayPlan:
         self._source = params
         self._derivation: asyncio.Future[Mapping[str, object]] | None = None
         self._ready_lock = asyncio.Lock()
-        self._recorded_fallback = (
-            recorded_fallback if recorded_fallback is not None else bool(config.get_flag("BIR_REPLAY_RECORDED_OUTPUTS"))
-        )
+        self._recorded_fallback = recorded_fallback
         self._on_step = on_step
         self._derived: dict[str, Any] | None = None
         self._params: dict[str, Any] | None = None

@@ -178,15 +178,16 @@ class ServiceClient:
     """The BaseIn service over HTTP. Use as ``async with ServiceClient() as service: ...``.
 
     ``base_url``, ``token`` and ``timeout_s`` default to ``BIR_AUTH_URL``, ``BIR_TOKEN`` (else the
-    sign-in ``bir login`` stored, ``bir.core.credentials``) and ``BIR_SERVICE_TIMEOUT_MS``. What is not
-    given here is read again at each request (the stored file only when it changed), so a long-lived
-    client (a control server's) follows ``bir login`` and ``bir logout`` without a restart. Without a
-    base URL the client is not ``configured``: ``match`` and ``derive`` answer ``None`` and the other
-    methods raise ``ServiceError("not_configured")``. An injected ``client`` is used as is and left
-    open; otherwise one is built (over ``transport`` when given) and closed with this object.
+    sign-in ``bir login`` stored, ``bir.core.credentials``) and ``BIR_SERVICE_TIMEOUT_MS`` of ``settings``
+    (read now when None). The stored sign-in, where not given here, is read again at each request (only
+    when its file changed), so a long-lived client (a control server's) follows ``bir login`` and
+    ``bir logout`` without a restart. Without a base URL the client is not ``configured``: ``match`` and
+    ``derive`` answer ``None`` and the other methods raise ``ServiceError("not_configured")``. An injected
+    ``client`` is used as is and left open; otherwise one is built (over ``transport`` when given) and
+    closed with this object.
 
     Raises:
-        ConfigError: a ``BIR_*`` variable read here holds an unusable value.
+        ConfigError: ``settings`` is None and a ``BIR_*`` variable holds an unusable value.
     """
 
     def __init__(
@@ -197,30 +198,32 @@ class ServiceClient:
         timeout_s: float | None = None,
         client: httpx.AsyncClient | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        settings: config.Settings | None = None,
     ) -> None:
+        self._settings = settings if settings is not None else config.load()
         self._given_url = base_url
         self._given_token = token
         self._seen: tuple[object, ...] | None = None
         self._signed_in: credentials.Effective | None = None
         self._shown: tuple[str | None, bool] | None = None
         self._sign_in()  # a bad BIR_* value is refused here, not at the first request
-        self.timeout_s = timeout_s if timeout_s is not None else config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000
+        self.timeout_s = timeout_s if timeout_s is not None else self._settings.service_timeout_ms / 1000
         self._owns_client = client is None
         self._client = client if client is not None else httpx.AsyncClient(transport=transport)
         # An app served in this process (the local service) is reached without crossing any network.
         self._in_process = isinstance(transport, httpx.ASGITransport)
 
     def _effective(self) -> credentials.Effective:
-        """The sign-in in effect, read again only when the environment or the stored file changed."""
-        path = credentials.credentials_path()
+        """The sign-in in effect, read again only when the stored file changed."""
+        path = credentials.credentials_path(self._settings.home)
         try:
             st = path.stat()
             stamp: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             stamp = None
-        seen = (str(path), stamp, config.get_str("BIR_AUTH_URL"), config.get_str("BIR_TOKEN"))
+        seen = (str(path), stamp)
         if self._signed_in is None or seen != self._seen:
-            self._signed_in, self._seen = credentials.effective(), seen
+            self._signed_in, self._seen = credentials.effective(self._settings), seen
         return self._signed_in
 
     def _sign_in(self) -> tuple[str | None, str | None]:

@@ -166,8 +166,9 @@ class _JobRecord:
 class EvaluatorPool(WorkerEvents):
     """A supervised pool of logic workers.
 
-    Every argument is optional: the ``BIR_LOGIC_*`` variables, then their defaults. Use it as an
-    async context manager; ``evaluate`` runs one body.
+    Every argument is optional: given, it is brought under its ``BIR_LOGIC_*`` variable's ceiling;
+    not given, that variable of ``settings`` (read now when None). Use it as an async context manager;
+    ``evaluate`` runs one body.
     """
 
     def __init__(
@@ -182,22 +183,32 @@ class EvaluatorPool(WorkerEvents):
         margin: float | None = None,
         walls: bool | None = None,
         warm_spares: bool = True,
+        settings: config.Settings | None = None,
     ) -> None:
-        self.workers = _setting("BIR_LOGIC_WORKERS", workers)
-        self.timeout_ms = _setting("BIR_LOGIC_TIMEOUT_MS", timeout_ms)
-        self.memory_mb = _setting("BIR_LOGIC_MEMORY_MB", memory_mb)
-        self.max_jobs = _setting("BIR_LOGIC_MAX_JOBS", max_jobs)
-        self.queue_max = _setting("BIR_LOGIC_QUEUE", queue_max)
-        if margin is None:
-            self.margin = float(config.get_float("BIR_LOGIC_BUDGET_MARGIN") or 1.0)
-        else:
-            self.margin = float(config.clamp("BIR_LOGIC_BUDGET_MARGIN", margin))
-        self.walls_enabled = bool(config.get_flag("BIR_LOGIC_WALLS")) if walls is None else walls
+        read = settings if settings is not None else config.load()
+        given = config.bounded(
+            read._replace(
+                logic_workers=read.logic_workers if workers is None else workers,
+                logic_timeout_ms=read.logic_timeout_ms if timeout_ms is None else timeout_ms,
+                logic_memory_mb=read.logic_memory_mb if memory_mb is None else memory_mb,
+                logic_max_jobs=read.logic_max_jobs if max_jobs is None else max_jobs,
+                logic_queue=read.logic_queue if queue_max is None else queue_max,
+                logic_budget_margin=read.logic_budget_margin if margin is None else margin,
+            )
+        )
+        self.workers = given.logic_workers
+        self.timeout_ms = given.logic_timeout_ms
+        self.memory_mb = given.logic_memory_mb
+        self.max_jobs = given.logic_max_jobs
+        self.queue_max = given.logic_queue
+        self.margin = given.logic_budget_margin
+        self.walls_enabled = given.logic_walls if walls is None else walls
+        self._surface = given.logic_engine_surface
         # Whether start() waits for the first spares too (else they start right after, in the background).
         self.warm_spares = warm_spares
         # What the last worker to start said of its walls (bir.evaluator.walls), once one has.
         self.walls: dict[str, str] = {}
-        chosen = engine if engine is not None else config.get_str("BIR_LOGIC_ENGINE")
+        chosen = engine if engine is not None else given.logic_engine
         if chosen not in ("v8", "quickjs"):
             raise config.ConfigError(f"engine must be v8 or quickjs, got {chosen!r}")
         self.engine = chosen
@@ -385,6 +396,7 @@ class EvaluatorPool(WorkerEvents):
             job_limit=max(budget, math.floor(budget * self.margin)),
             codec=self._codec,
             walls=self.walls_enabled,
+            surface=self._surface,
         )
 
     async def _spawn(
@@ -724,9 +736,3 @@ async def _all_exited(workers: list[WorkerProcess], timeout_s: float) -> bool:
     except TimeoutError:
         return False
     return True
-
-
-def _setting(name: str, given: int | None) -> int:
-    if given is None:
-        return config.require_int(name)
-    return int(config.clamp(name, given))

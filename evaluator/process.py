@@ -14,7 +14,6 @@ import signal
 import sys
 from typing import Final, Literal
 
-from bir.core import config
 from bir.core.log import log_event
 from bir.evaluator.wire import (
     PROTOCOL_VERSION,
@@ -106,7 +105,10 @@ class WorkerProcess:
         codec: Codec,
         job_limit: int | None = None,
         walls: bool = True,
+        surface: str = "auto",
     ) -> None:
+        # ``BIR_LOGIC_ENGINE_SURFACE``: ``public`` forces the engine library's public API.
+        self._surface = surface
         self._events = events
         self._engine = engine
         self._memory_mb = memory_mb
@@ -141,17 +143,12 @@ class WorkerProcess:
         """Spawn and wait for the handshake.
 
         Raises:
-            RuntimeError: the worker did not start, speaks another protocol version, or
-                ``BIR_LOGIC_ENGINE_SURFACE`` holds a value it cannot use.
+            RuntimeError: the worker did not start, or speaks another protocol version.
         """
         loop = asyncio.get_running_loop()
         self._hello = loop.create_future()
         # Retrieved here so that a start abandoned part-way leaves no unretrieved exception behind.
         self._hello.add_done_callback(lambda f: None if f.cancelled() else f.exception())
-        try:
-            surface = config.get_str("BIR_LOGIC_ENGINE_SURFACE") or "auto"
-        except config.ConfigError as exc:
-            raise RuntimeError(str(exc)) from None
         command = [
             sys.executable,
             "-I",
@@ -165,7 +162,7 @@ class WorkerProcess:
             "--parent-pid",
             str(os.getpid()),
             "--surface",
-            surface,
+            self._surface,
             "--walls",
             "on" if self._walls else "off",
         ]

@@ -251,7 +251,8 @@ def probe() -> Kernel:
 def describe(*, kernel: Kernel | None = None, enabled: bool | None = None) -> dict[str, str]:
     """Which walls an evaluator worker on this machine puts up, and why one would not: for ``bir doctor``.
 
-    ``enabled`` defaults to ``BIR_LOGIC_WALLS``. Probes the kernel; restricts nothing.
+    ``enabled`` defaults to ``BIR_LOGIC_WALLS`` as this process reads it now. Probes the kernel;
+    restricts nothing.
 
     Raises:
         ConfigError: ``BIR_LOGIC_WALLS`` is malformed.
@@ -259,7 +260,7 @@ def describe(*, kernel: Kernel | None = None, enabled: bool | None = None) -> di
     if enabled is None:
         from bir.core import config
 
-        enabled = bool(config.get_flag("BIR_LOGIC_WALLS"))
+        enabled = config.load().logic_walls
     if not enabled:
         off = "off: BIR_LOGIC_WALLS=0"
         return {"no_new_privs": off, "landlock": off, "seccomp": off}

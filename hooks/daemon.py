@@ -39,7 +39,7 @@ from bir.hooks.server.control import ControlServer
 from bir.hooks.server.hellos import HelloBook
 from bir.hooks.server.work_queue import ProxyWorkQueue
 from bir.hooks.session.controller import Controller
-from bir.hooks.session.outbox import Outbox
+from bir.hooks.session.outbox import Outbox, outbox_dir
 from bir.hooks.session.recorder import Recorder
 from bir.hooks.session.switches import SwitchReader, installed_proxies, read_switches
 from bir.hooks.wiring import wrap_approved
@@ -49,9 +49,9 @@ from bir.hooks.wiring import wrap_approved
 SWEEP_EVERY_S: Final = 300.0
 
 
-async def _sweep_bundles(every_s: float) -> None:
+async def _sweep_bundles(home: Path, every_s: float) -> None:
     while True:
-        removed = sweep(tmp_dir(config.home()))
+        removed = sweep(tmp_dir(home))
         if removed:
             log_event("control.swept", files=removed)
         await asyncio.sleep(every_s)
@@ -77,22 +77,25 @@ async def live_session(
     switches: SwitchReader | None = None,
     port: int = 0,
     sweep_every_s: float = SWEEP_EVERY_S,
+    settings: config.Settings | None = None,
 ) -> AsyncIterator[LiveSession]:
     """A control server for ``project`` with its live session, started on loopback ``port`` while the
     context is open; on the way out every open run is booked, the outbox flushes, the pool stops, and
-    the server stops last.
+    the server stops last. Every part is given ``settings`` (read now when None).
 
     Raises:
         OSError: the port cannot be bound.
         RuntimeError: the server did not start.
+        ConfigError: ``settings`` is None and a ``BIR_*`` variable holds an unusable value.
     """
+    settings = settings if settings is not None else config.load()
     async with contextlib.AsyncExitStack() as stack:
-        pool = EvaluatorPool()
+        pool = EvaluatorPool(settings=settings)
         kind = "given"
         if service is None:
-            kind = "local" if wants_local() else "remote"
-            service = await stack.enter_async_context(_service_for(project, pool, kind))
-        outbox = Outbox.for_project(project, service)
+            kind = "local" if wants_local(settings) else "remote"
+            service = await stack.enter_async_context(_service_for(project, pool, kind, settings))
+        outbox = Outbox(outbox_dir(project, settings.home), service)
         queue = ProxyWorkQueue()
         hellos = HelloBook()
         wrapped: set[str] = set()
@@ -103,14 +106,15 @@ async def live_session(
             service=service,
             recorder=Recorder(outbox, lambda: service.configured),
             reports=outbox,
-            switches=switches or read_switches(project),
+            switches=switches or read_switches(project, settings),
             delivery_live=hellos.delivery_tool_live,
             wait_for_delivery=hellos.wait_for_delivery_tool,
             expected_wrapped=lambda: installed_proxies(project),
             wrap_approved=lambda: asyncio.to_thread(wrap_approved, project),
+            settings=settings,
         )
         controller.switches()
-        server = ControlServer(handler=controller, queue=queue, hellos=hellos, wrapped=wrapped)
+        server = ControlServer(handler=controller, queue=queue, hellos=hellos, wrapped=wrapped, settings=settings)
         # Started first, stopped last: nothing knows its address until the caller publishes it.
         stack.push_async_callback(server.stop)
         await server.start(port=port)
@@ -119,19 +123,19 @@ async def live_session(
         await stack.enter_async_context(outbox.running())
         stack.push_async_callback(outbox.flush, 2.0)
         stack.push_async_callback(controller.close)
-        sweeper = asyncio.create_task(_sweep_bundles(sweep_every_s), name="bir-bundle-sweep")
+        sweeper = asyncio.create_task(_sweep_bundles(settings.home, sweep_every_s), name="bir-bundle-sweep")
         stack.callback(sweeper.cancel)
         yield LiveSession(server, controller)
 
 
 def _service_for(
-    project: Path, pool: EvaluatorPool, kind: str
+    project: Path, pool: EvaluatorPool, kind: str, settings: config.Settings
 ) -> contextlib.AbstractAsyncContextManager[ServiceClient]:
     """The remote service when one is configured (or ``BIR_SERVICE=remote``), else the local one on this
     machine, whose self-checks share the session's evaluator pool (it is started before any run finishes)."""
     if kind == "local":
-        return local_client(project=project, pool=pool)
-    return ServiceClient()
+        return local_client(project=project, pool=pool, settings=settings)
+    return ServiceClient(settings=settings)
 
 
 class _UvicornToEvents(logging.Handler):
@@ -148,16 +152,16 @@ def _route_uvicorn_logs() -> None:
         logger.propagate = False
 
 
-def take_server_lock(project: Path) -> int | None:
-    """Take the project's server lock (``<BIR_HOME>/control/<key>.lock``, ``flock``) and return its fd,
+def take_server_lock(project: Path, home: Path) -> int | None:
+    """Take the project's server lock (``<home>/control/<key>.lock``, ``flock``) and return its fd,
     held for the process's life; None when another live process holds it. A dead holder's lock is
     free: the kernel drops it with the process.
 
     Raises:
         OSError: the lock file cannot be created.
     """
-    path = server_lock(config.home(), project)
-    private_dir(config.home(), "control")
+    path = server_lock(home, project)
+    private_dir(home, "control")
     fd = open_private(path, "update")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -172,8 +176,8 @@ def take_server_lock(project: Path) -> int | None:
     return fd
 
 
-async def _serve(project: Path, port: int, *, quiet_if_running: bool = False) -> int:
-    lock = take_server_lock(project)
+async def _serve(project: Path, port: int, settings: config.Settings, *, quiet_if_running: bool = False) -> int:
+    lock = take_server_lock(project, settings.home)
     existing = read_discovery(project)
     if lock is None or (existing is not None and existing.pid != os.getpid()):
         if lock is not None:
@@ -184,19 +188,24 @@ async def _serve(project: Path, port: int, *, quiet_if_running: bool = False) ->
         sys.stderr.write(f"bir-hooks: a control server is already running for {project}{holder}\n")
         return 1
     try:
-        return await _serve_locked(project, port)
+        return await _serve_locked(project, port, settings)
     finally:
         os.close(lock)
 
 
 async def until_stopped_or_idle(
-    stop: asyncio.Event, server: ControlServer, idle_s: float | None, project: Path | None = None
+    stop: asyncio.Event,
+    server: ControlServer,
+    idle_s: float | None,
+    project: Path | None = None,
+    home: Path | None = None,
 ) -> bool:
     """Wait for ``stop``, or for ``server`` to go unused for ``idle_s`` (None: never), counted from now at the
     earliest (the server is published now; nobody could use it before); True when it went idle. Meanwhile
-    any note a hook left that this server of ``project`` did not answer is cleared: it runs again."""
+    any note a hook left that this server of ``project`` (under ``home``, else ``BIR_HOME``) did not answer
+    is cleared: it runs again."""
     since = time.monotonic()
-    home, pid = config.home(), os.getpid()
+    home, pid = home if home is not None else config.home(), os.getpid()
 
     def idle() -> float:
         return min(server.idle_s(), time.monotonic() - since)
@@ -214,18 +223,19 @@ async def until_stopped_or_idle(
             return True
 
 
-async def _serve_locked(project: Path, port: int) -> int:
+async def _serve_locked(project: Path, port: int, settings: config.Settings) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    idle_ms = config.require_int("BIR_CONTROL_IDLE_MS")
+    idle_ms = settings.control_idle_ms
     try:
-        async with live_session(project, port=port) as live:
+        async with live_session(project, port=port, settings=settings) as live:
             try:
                 path = write_discovery(live.server.discovery(project))
                 log_event("control.published", path=str(path), project=str(project), url=live.server.url)
-                if await until_stopped_or_idle(stop, live.server, idle_ms / 1000 if idle_ms else None, project):
+                idle_s = idle_ms / 1000 if idle_ms else None
+                if await until_stopped_or_idle(stop, live.server, idle_s, project, settings.home):
                     log_event("control.idle_exit", project=str(project), idle_ms=idle_ms)
             finally:
                 remove_discovery(project, pid=os.getpid())
@@ -244,14 +254,16 @@ def _revive(argv: Sequence[str]) -> int:
     parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free port)")
     args = parser.parse_args(argv)
     project = Path(args.project).resolve()
-    switches = installed.project(project)
+    home = config.home()
+    switches = installed.project(project, home)
     if switches is None or switches.down or read_discovery(project) is not None:
         return 0
-    log_to_file(logs_dir(config.home()) / f"{project_key(project)}.log")
+    log_to_file(logs_dir(home) / f"{project_key(project)}.log")
     log_event("control.revive", project=str(project), pid=os.getpid())
     _route_uvicorn_logs()
     try:
-        return asyncio.run(_serve(project, args.port, quiet_if_running=True))
+        settings = config.load()
+        return asyncio.run(_serve(project, args.port, settings, quiet_if_running=True))
     except (OSError, RuntimeError, ValueError, StoreError) as exc:
         log_event("control.revive_failed", project=str(project), error=f"{type(exc).__name__}: {exc}")
         return 1
@@ -273,16 +285,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(args_list)
     project = Path(args.project).resolve()
+    try:
+        settings = config.load()
+    except config.ConfigError as exc:
+        sys.stderr.write(f"bir-hooks: {exc}\n")
+        return 1
     if not args.verbose:
         # A server logs to its project's file (`bir logs` shows it), never to a terminal it shares.
         try:
-            log_to_file(logs_dir(config.home()) / f"{project_key(project)}.log")
+            log_to_file(logs_dir(settings.home) / f"{project_key(project)}.log")
         except OSError as exc:
-            sys.stderr.write(f"bir-hooks: cannot open the log under {logs_dir(config.home())}: {exc}\n")
+            sys.stderr.write(f"bir-hooks: cannot open the log under {logs_dir(settings.home)}: {exc}\n")
             return 1
     _route_uvicorn_logs()
     try:
-        return asyncio.run(_serve(project, args.port))
+        return asyncio.run(_serve(project, args.port, settings))
     except (OSError, RuntimeError, ValueError, StoreError) as exc:
         # ConfigError is a ValueError, a refused home a HomeError and a refused local store a StoreError:
         # one line naming the file or the variable, never a traceback.

@@ -284,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         home = config.home()
         # `bir off` (the off file) answers {} here too: no round trip, and no server revived for it.
-        if not runner_off():
+        if not runner_off(config.off(), home):
             out = run(args, sys.stdin.buffer, os.environ, home)
     except Exception as exc:  # noqa: BLE001 - every failure becomes `{}` and a log line
         _log(home or Path("~/.baseinstrunner").expanduser(), hook=" ".join(args)[:100], error=str(exc)[:1000])

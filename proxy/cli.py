@@ -69,11 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         sys.stderr.write("bir-proxy: give the upstream command after --\n")
         return EXIT_USAGE
-    try:
-        server_name = args.server_name or config.get_str("BIR_SERVER_NAME") or default_server_name(command)
-    except config.ConfigError as exc:
-        sys.stderr.write(f"bir-proxy: {exc}\n")
-        return EXIT_USAGE
+    # Lenient: a proxy stands between Claude Code and the user's own server, and a bad value of a variable
+    # it does not use must not take that server away (it is logged; bir-hooks and bir refuse it).
+    settings, bad = config.load_lenient()
+    for name, exc in bad:
+        log_event("proxy.config_error", variable=name, error=str(exc))
+    server_name = args.server_name or settings.server_name or default_server_name(command)
     options = ProxyOptions(
         server_name=server_name,
         proxy_id=uuid.uuid4().hex,

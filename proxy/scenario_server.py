@@ -100,8 +100,8 @@ def bir_version() -> str:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Everything ``bir-scenario`` reads from its environment, read once at start."""
+class ScenarioSettings:
+    """What ``bir-scenario`` runs by, from the ``BIR_*`` variables it read once at start."""
 
     project_dir: Path
     run_timeout_s: float
@@ -110,22 +110,22 @@ class Settings:
     off_path: Path
     read_tools: bool = False
     tools: ToolSettings | None = None
+    env_replay: bool | None = None
+    home: Path | None = None
 
     @classmethod
-    def load(cls, project_dir: Path) -> Settings:
-        """Read the ``BIR_*`` variables ``bir-scenario`` uses.
-
-        Raises:
-            ConfigError: a variable holds a value bir cannot use.
-        """
+    def of(cls, project_dir: Path, settings: config.Settings) -> ScenarioSettings:
+        """The part of ``settings`` ``bir-scenario`` uses, for ``project_dir``."""
         return cls(
             project_dir=project_dir,
-            run_timeout_s=config.require_int("BIR_SCENARIO_RUN_TIMEOUT_MS") / 1000,
-            debug=bool(config.get_flag("BIR_SCENARIO_DEBUG")),
-            env_off=bool(config.get_flag("BIR_OFF")),
-            off_path=off_file(config.home()),
-            read_tools=config.get_str("BIR_SCENARIO_TOOLS") == "read",
-            tools=ToolSettings.load(),
+            run_timeout_s=settings.scenario_run_timeout_ms / 1000,
+            debug=settings.scenario_debug,
+            env_off=settings.off,
+            off_path=off_file(settings.home),
+            read_tools=settings.scenario_tools == "read",
+            tools=ToolSettings.of(settings),
+            env_replay=settings.replay,
+            home=settings.home,
         )
 
 
@@ -144,9 +144,10 @@ class OffSwitch:
 class ScenarioLink:
     """The requests ``bir-scenario`` makes of its project's control server, found by discovery at each one."""
 
-    def __init__(self, http: httpx.AsyncClient, project_dir: Path) -> None:
+    def __init__(self, http: httpx.AsyncClient, project_dir: Path, home: Path) -> None:
         self._http = http
         self._project_dir = project_dir
+        self._home = home
 
     def discovery(self) -> Discovery | None:
         """The control server of this project, or None when none is running (or its file is unreadable)."""
@@ -163,7 +164,7 @@ class ScenarioLink:
         """Start the project's control server when it is due (``bir.core.revive``: an installed project, not
         down, at most once per 10 s across every hook); True if one was started. Never raises."""
         try:
-            started = await anyio.to_thread.run_sync(revive_if_due, config.home(), self._project_dir)
+            started = await anyio.to_thread.run_sync(revive_if_due, self._home, self._project_dir)
         except OSError as exc:
             log_event("scenario.recorder_revive", ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
             return False
@@ -242,7 +243,7 @@ class Heartbeat:
 class ScenarioServer:
     """The ``bir`` MCP server: tools, answers, hello and off switch, over one stdio connection."""
 
-    def __init__(self, settings: Settings, control: ScenarioLink) -> None:
+    def __init__(self, settings: ScenarioSettings, control: ScenarioLink) -> None:
         self.settings = settings
         self.control = control
         self.switch = OffSwitch(settings.env_off, settings.off_path)
@@ -275,11 +276,11 @@ class ScenarioServer:
     def _read_switches(self) -> tuple[bool, bool]:
         """The project's ``editing`` and replay switches now (both off when the store cannot be read)."""
         try:
-            switches = installed.project(self.settings.project_dir)
+            switches = installed.project(self.settings.project_dir, self.settings.home)
         except Exception as exc:  # noqa: BLE001 - an unreadable store must read as "editing off"
             log_event("scenario.editing_unreadable", error=f"{type(exc).__name__}: {exc}")
             return False, False
-        return switches is not None and switches.editing, installed.replay_on(switches)
+        return switches is not None and switches.editing, installed.replay_on(switches, self.settings.env_replay)
 
     def _read_editing(self) -> bool:
         return self._read_switches()[0]
@@ -290,7 +291,7 @@ class ScenarioServer:
             return _result(NOTHING_TO_READ if reading else OFF_REFUSED, is_error=not reading)
         if not reading and not self._read_editing():
             return _result(EDITING_OFF, is_error=True)
-        tools = self.settings.tools or ToolSettings.load()
+        tools = self.settings.tools or ToolSettings.of(config.load())
         answer = await run_tool(params.name, params.arguments or {}, tools, cwd=self.settings.project_dir)
         return _result(answer.text, is_error=answer.is_error)
 
@@ -408,12 +409,12 @@ def _result(text: str, *, is_error: bool) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=is_error)
 
 
-async def serve_stdio(settings: Settings) -> None:
+async def serve_stdio(settings: ScenarioSettings) -> None:
     """Serve ``bir-scenario`` on this process's stdin and stdout until stdin closes."""
     # trust_env=False: a user's HTTP_PROXY must never capture loopback traffic to the control server.
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
     async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http, stdio_server() as (read, write):
-        server = ScenarioServer(settings, ScenarioLink(http, settings.project_dir))
+        server = ScenarioServer(settings, ScenarioLink(http, settings.project_dir, settings.home or config.home()))
         await server.serve(read, write)
 
 
@@ -424,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     project_dir = (args.project or Path.cwd()).resolve()
     try:
-        settings = Settings.load(project_dir)
+        settings = ScenarioSettings.of(project_dir, config.load())
     except config.ConfigError as exc:
         log_event("scenario.config_error", error=str(exc))
         return 2

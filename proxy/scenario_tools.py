@@ -134,14 +134,12 @@ class ToolSettings:
     tmp_root: Path
 
     @classmethod
-    def load(cls) -> ToolSettings:
-        """Raises:
-        ConfigError: a variable holds a value bir cannot use.
-        """
+    def of(cls, settings: config.Settings) -> ToolSettings:
+        """The part of ``settings`` a scenario tool call uses."""
         return cls(
-            max_chars=config.require_int("BIR_SCENARIO_MAX_OUTPUT_CHARS"),
-            read_timeout_s=config.require_int("BIR_READ_TIMEOUT_MS") / 1000 + READ_GRACE_S,
-            tmp_root=config.home() / "tmp" / "scenario-tools",
+            max_chars=settings.scenario_max_output_chars,
+            read_timeout_s=settings.read_timeout_ms / 1000 + READ_GRACE_S,
+            tmp_root=settings.home / "tmp" / "scenario-tools",
         )
 
 

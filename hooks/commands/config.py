@@ -23,7 +23,7 @@ def add_parser(sub: Subparsers) -> None:
     cfg.set_defaults(run=run, checks_config=False)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir config``."""
     sys.stdout.write((config.markdown_table() if args.markdown else config.text_table()) + "\n")
     return EXIT_OK

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from bir.core import installed
+from bir.core import config, installed
 from bir.core.bundle import fenced_output
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.log import logging_to, logs_dir
@@ -368,7 +368,7 @@ def _why(exc: BaseException) -> str:
     return cut(f"{type(exc).__name__}: {exc}", 500)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir demo``."""
 
     progress = for_command(args)

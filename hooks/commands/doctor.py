@@ -185,7 +185,7 @@ def read_local_servers(config_doc: Mapping[str, Any], project: str) -> dict[str,
 
 
 def _setting(name: str) -> config.Setting:
-    return next(s for s in config.settings() if s.name == name)
+    return next(s for s in config.rows() if s.name == name)
 
 
 @contextlib.contextmanager
@@ -202,41 +202,43 @@ def _read_as_unset(names: Sequence[str]) -> Iterator[None]:
 async def gather(project_dir: str | Path) -> DoctorFacts:
     """The facts of ``bir doctor`` for the project at ``project_dir``; a ``BIR_*`` value bir cannot use is
     a fact too (``config_errors``), and everything else is read as if it were unset."""
-    bad = tuple((name, str(exc)) for name, exc in config.invalid_variables())
+    settings, errors = config.load_lenient()
+    bad = tuple((name, str(exc)) for name, exc in errors)
+    # Out of the environment too, for what the checks start (a worker, a probe's process).
     with _read_as_unset([name for name, _ in bad]):
-        facts = await _gather(project_dir)
+        facts = await _gather(project_dir, settings)
     return dataclasses.replace(facts, config_errors=bad)
 
 
-async def _gather(project_dir: str | Path) -> DoctorFacts:
-    status = await gather_status(project_dir)
+async def _gather(project_dir: str | Path, settings: config.Settings) -> DoctorFacts:
+    status = await gather_status(project_dir, settings)
     project = Path(status.project)
     settings_path = project / ".claude" / "settings.local.json"
     settings_error = None
     try:
-        _, settings = read_json_file(settings_path)
+        _, local_settings = read_json_file(settings_path)
     except InstallError as exc:
-        settings, settings_error = {}, str(exc)
+        local_settings, settings_error = {}, str(exc)
     try:
         _, config_doc = read_json_file(claude_config_file())
     except InstallError:
         config_doc = {}
-    stored = installed.project(project)
+    stored = installed.project(project, settings.home)
     record = stored.install if stored is not None else {}
     style: HookStyle | None = stored_hook_style(record) if "hookStyle" in record or record.get("mcpHooks") else None
-    engine = str(config.get_str("BIR_LOGIC_ENGINE"))
+    engine = settings.logic_engine
     timeout = _setting("BIR_LOGIC_TIMEOUT_MS")
-    derive_key = bool(config.get_str("BIR_DERIVE_API_KEY"))
+    derive_key = bool(settings.derive_api_key)
     anthropic = bool(os.environ.get("ANTHROPIC_API_KEY", "").strip())
-    use_anthropic = bool(config.get_flag("BIR_USE_ANTHROPIC_API_KEY"))
-    served = serving(status.sign_in)
+    use_anthropic = settings.use_anthropic_api_key
+    served = serving(status.sign_in, settings)
     return DoctorFacts(
         status=status,
         settings_path=str(settings_path),
         settings_error=settings_error,
-        hooks=read_hooks(settings),
+        hooks=read_hooks(local_settings),
         local_servers=read_local_servers(config_doc, status.project),
-        min_steer_similarity=float(config.get_float("BIR_MIN_STEER_SIMILARITY") or 0.0),
+        min_steer_similarity=settings.min_steer_similarity,
         hook_style=style,
         derive_key=derive_key or (anthropic and use_anthropic),
         anthropic_key_ignored=anthropic and not use_anthropic and not derive_key,
@@ -246,7 +248,7 @@ async def _gather(project_dir: str | Path) -> DoctorFacts:
             workers=_setting("BIR_LOGIC_WORKERS").value,
             timeout_ms=timeout.value,
             timeout_from=timeout.source,
-            walls=walls.describe(),
+            walls=walls.describe(enabled=settings.logic_walls),
         ),
         serving=served,
         scenarios=known_scenarios(project, local=served == "local") if status.unwrapped else (),
@@ -621,7 +623,7 @@ def add_parser(sub: Subparsers) -> None:
     cmd.set_defaults(run=run, checks_config=False)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir doctor``; 1 when something is broken."""
     with for_command(args) as progress:
         progress("looking at the hooks, the servers, the service and the evaluator…")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
+from bir.core import config
 from bir.core.exits import EXIT_OK, EXIT_USAGE
 from bir.core.paths import resolve_project
 from bir.hooks import api
@@ -207,7 +208,7 @@ def _approve(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> Approve
     return ask_approvals(pending, stdin, stdout) if pending else frozenset()
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir install`` or ``bir uninstall``.
 
     Raises:
@@ -250,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text + "\n")
     if args.command == "install":
         # bir install offers to learn from the project's past sessions (asks on a terminal; --learn for scripts).
-        learned = learn.offer(resolve_project(args.project), forced=args.learn, as_json=args.json)
+        learned = learn.offer(resolve_project(args.project), settings, forced=args.learn, as_json=args.json)
         if learned is not None:
             doc["learned"] = learned
     if args.json:

@@ -144,7 +144,7 @@ def describe(data: dict[str, object]) -> str:
 
 
 async def learn_project(
-    project: Path, *, since: float | None, dry: bool, progress: _Progress | None
+    project: Path, settings: config.Settings, *, since: float | None, dry: bool, progress: _Progress | None
 ) -> dict[str, object]:
     """Learn ``project`` into the local store under ``BIR_HOME``; the report's JSON.
 
@@ -154,18 +154,18 @@ async def learn_project(
     from bir.hooks.local.learn import learn
     from bir.hooks.local.runtime import opened
 
-    async with opened(config.home(), project=project, load_model=False) as service:
+    async with opened(settings.home, project=project, load_model=False, settings=settings) as service:
         report = await learn(service, project, since=since, dry=dry, progress=progress)
     return report.wire()
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir learn``."""
     from bir.hooks.local.store import StoreError
 
     log_for_later()
     # Refusals go to bir.cli as CommandError: one JSON document with --json, words on stderr without.
-    if not wants_local():
+    if not wants_local(settings):
         raise CommandError(
             "learning fills the local store, and this machine uses a remote service (BIR_SERVICE=local to learn here)",
             code="remote_service",
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"{project} is not a directory")
     progress = _Progress(sys.stderr) if not args.json else None
     try:
-        data = anyio.run(lambda: learn_project(project, since=since, dry=args.dry, progress=progress))
+        data = anyio.run(lambda: learn_project(project, settings, since=since, dry=args.dry, progress=progress))
     except StoreError as exc:
         raise CommandError(str(exc), code="store_unusable") from None
     finally:
@@ -185,14 +185,14 @@ def run(args: argparse.Namespace) -> int:
     return print_result(CommandResult(text=describe(data), data=data), args.json, sys.stdout)
 
 
-def offer(project: Path, *, forced: bool, as_json: bool) -> dict[str, object] | None:
+def offer(project: Path, settings: config.Settings, *, forced: bool, as_json: bool) -> dict[str, object] | None:
     """What ``bir install`` offers: ``--learn`` learns; on a terminal it asks first when the project has past
     sessions; otherwise nothing happens. The report's JSON when it learned, else None. Never raises."""
     from bir.hooks.local.learn import transcript_folder, transcripts_in
     from bir.hooks.local.store import StoreError
 
     try:
-        if not wants_local():
+        if not wants_local(settings):
             return None
         folder = transcript_folder(project)
         sessions = len(transcripts_in(folder)) if folder is not None else 0
@@ -210,11 +210,11 @@ def offer(project: Path, *, forced: bool, as_json: bool) -> dict[str, object] | 
                 return None
         progress = _Progress(sys.stderr) if not as_json else None
         try:
-            data = anyio.run(lambda: learn_project(project, since=None, dry=False, progress=progress))
+            data = anyio.run(lambda: learn_project(project, settings, since=None, dry=False, progress=progress))
         finally:
             if progress is not None:
                 progress.clear()
-    except (StoreError, OSError, config.ConfigError) as exc:
+    except (StoreError, OSError) as exc:
         sys.stderr.write(f"bir install: learning from past sessions failed: {exc}\n")
         return None
     if not as_json:

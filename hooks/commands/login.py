@@ -33,10 +33,10 @@ PICKED_UP: Final = "Running control servers use it from their next request to th
 RESTARTED: Final = "Restarted {count} running control server(s) on {now} (they served on {was})."
 
 
-def restart_switched(was_local: bool) -> tuple[str | None, list[str]]:
+def restart_switched(was_local: bool, settings: config.Settings) -> tuple[str | None, list[str]]:
     """Restart the running control servers when a sign-in change moved this machine between the local
     service and a remote one (a server picks one when it starts); the sentence to add, and what failed."""
-    if wants_local() == was_local:
+    if wants_local(settings) == was_local:
         return None, []
     restarted, failed = 0, []
     for found in all_discoveries():
@@ -56,15 +56,15 @@ def restart_switched(was_local: bool) -> tuple[str | None, list[str]]:
 STDIN_WAY: Final = 'printf %s "$BASEIN_TOKEN" | bir login --url "$BASEIN_URL"'
 
 
-def login_url(given: str | None) -> str:
+def login_url(given: str | None, settings: config.Settings) -> str:
     """The URL ``bir login`` signs in to: ``--url``, else ``BIR_AUTH_URL``, else the stored one.
 
     Raises:
         CommandError: none of them is set, or the URL is not usable (usage).
     """
-    url = given or config.get_str("BIR_AUTH_URL")
+    url = given or settings.auth_url
     if url is None:
-        stored = credentials.load()
+        stored = credentials.load(settings.home)
         url = stored.url if stored is not None else None
     if url is None:
         raise CommandError(f"no service URL: give it with --url (bir login --url {EXAMPLE_URL})", EXIT_USAGE)
@@ -101,7 +101,7 @@ def refuse_unchecked(url: str, check: ServiceCheck) -> None:
         )
 
 
-def login(url: str, token: str, check: ServiceCheck | None) -> CommandResult:
+def login(url: str, token: str, check: ServiceCheck | None, settings: config.Settings) -> CommandResult:
     """``bir login``: store the sign-in, the service having accepted the token (``check`` None: not checked).
 
     Raises:
@@ -110,14 +110,14 @@ def login(url: str, token: str, check: ServiceCheck | None) -> CommandResult:
     """
     if check is not None:
         refuse_unchecked(url, check)
-    was_local = wants_local()
+    was_local = wants_local(settings)
     try:
-        saved = credentials.save(url, token)
+        saved = credentials.save(url, token, settings.home)
     except ValueError as exc:
         raise CommandError(f"{exc}; nothing was stored", EXIT_USAGE) from None
     except credentials.CredentialsError as exc:
-        raise CommandError(f"{exc}; make {config.home()} writable and run `bir login` again") from exc
-    path = credentials.credentials_path()
+        raise CommandError(f"{exc}; make {settings.home} writable and run `bir login` again") from exc
+    path = credentials.credentials_path(settings.home)
     if check is None:
         head = (
             f"Stored the sign-in to {saved.url} without checking it (--no-check): bir did not contact the service. "
@@ -125,10 +125,10 @@ def login(url: str, token: str, check: ServiceCheck | None) -> CommandResult:
         )
     else:
         head = f"Signed in to {saved.url}: the service accepted the token."
-    restarted, failed = restart_switched(was_local)
+    restarted, failed = restart_switched(was_local, settings)
     lines = [head, f"  Stored in {path} (readable only by you). {restarted or PICKED_UP}"]
     warnings: list[str] = list(failed)
-    env_url, env_token = config.get_str("BIR_AUTH_URL"), config.get_str("BIR_TOKEN")
+    env_url, env_token = settings.auth_url, settings.token
     if env_url and credentials.normalize_url(env_url) != saved.url:
         warnings.append(f"BIR_AUTH_URL in this environment wins over the stored sign-in: {env_url}")
     if env_token:
@@ -137,24 +137,24 @@ def login(url: str, token: str, check: ServiceCheck | None) -> CommandResult:
     return CommandResult("\n".join(lines), data, tuple(warnings), EXIT_OK)
 
 
-def logout() -> CommandResult:
+def logout(settings: config.Settings) -> CommandResult:
     """``bir logout``: forget the stored sign-in.
 
     Raises:
         CommandError: the file cannot be removed.
     """
-    was_local = wants_local()
+    was_local = wants_local(settings)
     try:
-        removed = credentials.remove()
+        removed = credentials.remove(settings.home)
     except credentials.CredentialsError as exc:
         raise CommandError(f"{exc}; remove it by hand") from exc
-    restarted, failed = restart_switched(was_local)
+    restarted, failed = restart_switched(was_local, settings)
     if removed:
         text = f"Signed out: the stored sign-in is removed. {restarted or PICKED_UP.replace('use it', 'stop using it')}"
     else:
         text = "There was no stored sign-in."
     warnings = list(failed)
-    if config.get_str("BIR_TOKEN") or config.get_str("BIR_AUTH_URL"):
+    if settings.token or settings.auth_url:
         warnings.append("BIR_AUTH_URL / BIR_TOKEN in this environment still sign in what starts here: unset them")
     return CommandResult(text, {"removed": removed}, tuple(warnings))
 
@@ -199,14 +199,14 @@ def add_parser(sub: Subparsers) -> None:
     out.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir login`` or ``bir logout``; answer its exit status.
 
     Raises:
         CommandError: refused (the message says what to do next).
     """
     if args.command == "logout":
-        return print_result(logout(), args.json, sys.stdout)
+        return print_result(logout(settings), args.json, sys.stdout)
     if args.token is not None:
         raise CommandError(
             "--token puts the token in `ps` and in your shell's history, so bir does not take it: "
@@ -214,11 +214,11 @@ def run(args: argparse.Namespace) -> int:
             EXIT_USAGE,
             code="token_on_command_line",
         )
-    url = login_url(args.url)
+    url = login_url(args.url, settings)
     token = read_token(sys.stdin)
     check = None
     if not args.no_check:
         with for_command(args) as progress:
             progress(f"checking the token with {url}…")
-            check = asyncio.run(check_service(url, token))
-    return print_result(login(url, token, check), args.json, sys.stdout)
+            check = asyncio.run(check_service(url, token, settings=settings))
+    return print_result(login(url, token, check, settings), args.json, sys.stdout)

@@ -148,7 +148,7 @@ def add_parser(sub: Subparsers) -> None:
     logs.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir logs``."""
 
     def write(text: str) -> None:

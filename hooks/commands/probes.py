@@ -31,13 +31,13 @@ Verdict = Literal["accepted", "refused", "unreachable", "unexpected", "unconfigu
 Serving = Literal["remote", "local", "none"]
 
 
-def serving(sign_in: credentials.Effective) -> Serving:
+def serving(sign_in: credentials.Effective, settings: config.Settings) -> Serving:
     """Which service answers the sessions here: the local service where it is the one in use (no service
     configured, or ``BIR_SERVICE=local``: ``bir.hooks.local.wants_local``), else the BaseIn service at the URL
     in effect, else none. ``bir doctor`` judges being signed out by it: signed out is not "broken" where the
     local service serves.
     """
-    if wants_local():
+    if wants_local(settings):
         return "local"
     return "remote" if sign_in.url else "none"
 
@@ -73,21 +73,28 @@ async def control_facts(project: Path, timeout_s: float = HEALTH_TIMEOUT_S) -> C
     return ControlFacts(found, health)
 
 
-async def check_service(url: str | None, token: str | None, timeout_s: float = SERVICE_CHECK_TIMEOUT_S) -> ServiceCheck:
-    """Whether the service at ``url`` answers as the BaseIn service and accepts ``token``.
+async def check_service(
+    url: str | None,
+    token: str | None,
+    timeout_s: float = SERVICE_CHECK_TIMEOUT_S,
+    settings: config.Settings | None = None,
+) -> ServiceCheck:
+    """Whether the service at ``url`` answers as the BaseIn service and accepts ``token``, within
+    ``timeout_s`` and ``BIR_SERVICE_TIMEOUT_MS`` of ``settings`` (read now when None).
 
     Only the service's own answer counts as accepted: a JSON object, for the scenario or for its
     absence (404, "not yours or not there"). Any other server at that URL (a web page's 404, a proxy's
     error) is ``unexpected``, never a sign-in.
 
     Raises:
-        ConfigError: ``BIR_SERVICE_TIMEOUT_MS`` holds an unusable value.
+        ConfigError: ``settings`` is None and a ``BIR_*`` variable holds an unusable value.
     """
     if not url:
         return ServiceCheck("unconfigured", None, "no service URL: run `bir login --url URL`")
-    timeout_s = min(timeout_s, config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000)
+    settings = settings if settings is not None else config.load()
+    timeout_s = min(timeout_s, settings.service_timeout_ms / 1000)
     shown = display_url(url.rstrip("/"))
-    async with ServiceClient(url, token or "", timeout_s=timeout_s) as service:
+    async with ServiceClient(url, token or "", timeout_s=timeout_s, settings=settings) as service:
         try:
             status, body = await service.request("GET", f"/scenarios/{PROBE_SCENARIO_ID}", route="sign_in_check")
         except ServiceError as exc:

@@ -91,14 +91,14 @@ def plan_flags(
     )
 
 
-def _switch(args: argparse.Namespace) -> CommandResult:
+def _switch(args: argparse.Namespace, settings: config.Settings) -> CommandResult:
     if args.switch == "status":
-        return switches.replay_status(args.project)
+        return switches.replay_status(args.project, settings)
     if args.switch in ("on", "off"):
-        return switches.replay_switch(args.project, args.switch == "on")
+        return switches.replay_switch(args.project, args.switch == "on", settings)
     if not args.servers:
         raise CommandError("say which servers: bir replay allow fleet,github  (or: bir replay allow all)", EXIT_USAGE)
-    return switches.replay_allow(args.project, args.servers)
+    return switches.replay_allow(args.project, args.servers, settings)
 
 
 def list_examples() -> CommandResult:
@@ -132,23 +132,23 @@ def list_examples() -> CommandResult:
     return CommandResult("\n".join(lines), {"scenarios": docs})
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir replay``; answer its exit status (``REPLAY_EXIT_CODES``).
 
     Raises:
         CommandError: a switch was refused, or the run could not start (the message says what to do next).
     """
     if args.switch:
-        return print_result(_switch(args), args.json, sys.stdout)
+        return print_result(_switch(args, settings), args.json, sys.stdout)
     if args.list:
         return print_result(list_examples(), args.json, sys.stdout)
     if not (args.scenario and args.prompt):
         # argparse's own refusal (usage, then the reason; exit 2), as for any other bad command line.
         args.usage_error("bir replay needs --scenario and --prompt (or --list, or one of: status, on, off, allow)")
-    return run_plan(args)
+    return run_plan(args, settings)
 
 
-def run_plan(args: argparse.Namespace) -> int:
+def run_plan(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run a scenario's plan as ``args`` asks (``bir replay --scenario``, ``bir scenario replay``).
 
     Raises:
@@ -161,13 +161,13 @@ def run_plan(args: argparse.Namespace) -> int:
     child_log: Path | None = None
     if not args.verbose:
         try:
-            child_log = log_to_file(logs_dir(config.home()) / "replay.log")
+            child_log = log_to_file(logs_dir(settings.home) / "replay.log")
         except OSError as exc:
-            raise CommandError(f"cannot open the log under {logs_dir(config.home())}: {exc}", EXIT_USAGE) from None
+            raise CommandError(f"cannot open the log under {logs_dir(settings.home)}: {exc}", EXIT_USAGE) from None
     progress = Progress(enabled=None if not args.json else False, prefix="bir replay: ")
     try:
         with progress:
-            report = asyncio.run(run_replay(replay_args, progress=progress, child_log=child_log))
+            report = asyncio.run(run_replay(replay_args, progress=progress, child_log=child_log, settings=settings))
     except ReplayUsageError as exc:
         log_event("replay.refused", error=str(exc))
         raise CommandError(str(exc), EXIT_USAGE) from None

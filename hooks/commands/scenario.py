@@ -255,16 +255,18 @@ class _Io:
         write_json(doc, self.out)
 
 
-def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def run(
+    args: argparse.Namespace, settings: config.Settings, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     """Run one ``bir scenario`` command or ``bir investigate``; answer its exit (``replay`` without
     ``--dry`` runs the plan as ``bir replay --scenario`` does)."""
     if args.command == "scenario" and args.scenario_command == "replay" and not args.dry:
-        return run_plan(args)
+        return run_plan(args, settings)
     with restored():
-        return _run_command(args, out or sys.stdout, err or sys.stderr)
+        return _run_command(args, settings, out or sys.stdout, err or sys.stderr)
 
 
-def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _run_command(args: argparse.Namespace, settings: config.Settings, out: TextIO, err: TextIO) -> int:
     name = "bir investigate" if args.command == "investigate" else f"bir scenario {args.scenario_command}"
     verbose = bool(getattr(args, "verbose", False))
     io = _Io(out, err, bool(getattr(args, "json", False)), Style(wants_colour(out)), name, verbose)
@@ -273,21 +275,21 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return _editing(args, io)
         if args.command == "scenario" and args.scenario_command in ("export", "import"):
             log_for_later()
-            return _store_file(args, io)
+            return _store_file(args, io, settings)
         if verbose:
             set_stream(err)
         else:
-            log_to_file(logs_dir(config.home()) / "scenario.log")
+            log_to_file(logs_dir(settings.home) / "scenario.log")
     except UsageError as exc:
         io.refuse("usage", str(exc))
         return EXIT_USAGE
     except (OSError, installed.StoreError) as exc:
-        io.refuse("cannot_write", f"cannot write under {config.home()}: {exc}")
+        io.refuse("cannot_write", f"cannot write under {settings.home}: {exc}")
         return EXIT_FAILED
     try:
         with for_command(args) as progress:
             progress("asking the service…")
-            return anyio.run(_run, args, io)
+            return anyio.run(_run, args, io, settings)
     except UsageError as exc:
         io.refuse("usage", f"{exc} (nothing was sent)")
         return EXIT_USAGE
@@ -295,7 +297,7 @@ def _run_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return stop.code
 
 
-async def _run(args: argparse.Namespace, io: _Io) -> int:
+async def _run(args: argparse.Namespace, io: _Io, settings: config.Settings) -> int:
     command = "investigate" if args.command == "investigate" else args.scenario_command
     plan = _plan_logic(args) if command in ("check", "edit") else None
     if command == "replay":
@@ -303,10 +305,12 @@ async def _run(args: argparse.Namespace, io: _Io) -> int:
     if plan is not None:
         await plan.compile_check(io)
     if command in ("match", "forget"):
-        return await _local_only(command, args, io)
-    read_timeout_s = config.require_int("BIR_READ_TIMEOUT_MS") / 1000
+        return await _local_only(command, args, io, settings)
+    read_timeout_s = settings.read_timeout_ms / 1000
     # The local service when it is the one in use; a command that only reads needs no model.
-    client = local_client(load_model=False) if wants_local() else ServiceClient()
+    client = (
+        local_client(load_model=False, settings=settings) if wants_local(settings) else ServiceClient(settings=settings)
+    )
     try:
         async with client as service:
             api = ScenarioApi(service, read_timeout_s=read_timeout_s)
@@ -321,9 +325,9 @@ async def _run(args: argparse.Namespace, io: _Io) -> int:
         return EXIT_FAILED
 
 
-async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
+async def _local_only(command: str, args: argparse.Namespace, io: _Io, settings: config.Settings) -> int:
     """``bir scenario match`` and ``forget``: they read the local store itself (a remote service has neither)."""
-    if not wants_local():
+    if not wants_local(settings):
         io.refuse(
             "remote_service",
             "this machine uses a remote service; match and forget work on the local one (BIR_SERVICE=local)",
@@ -331,7 +335,7 @@ async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
         return EXIT_FAILED
     try:
         async with open_local_service(
-            project=resolve_project(getattr(args, "project", ".")), load_model=command == "match"
+            project=resolve_project(getattr(args, "project", ".")), load_model=command == "match", settings=settings
         ) as local:
             if command == "forget":
                 removed = await anyio.to_thread.run_sync(local.service.store.forget, args.target)
@@ -363,13 +367,13 @@ async def _local_only(command: str, args: argparse.Namespace, io: _Io) -> int:
     return EXIT_OK if found["matched"] else EXIT_FAILED
 
 
-def _store_file(args: argparse.Namespace, io: _Io) -> int:
+def _store_file(args: argparse.Namespace, io: _Io, settings: config.Settings) -> int:
     """``bir scenario export|import FILE``: the local store's own file work, no service involved."""
     try:
         if args.scenario_command == "export":
-            result = scenario_store.export_store(args.file.expanduser(), force=args.force)
+            result = scenario_store.export_store(args.file.expanduser(), settings, force=args.force)
         else:
-            result = scenario_store.import_store(args.file.expanduser())
+            result = scenario_store.import_store(args.file.expanduser(), settings)
     except CommandError as exc:
         io.refuse("usage" if exc.exit_code == EXIT_USAGE else "refused", str(exc))
         return exc.exit_code

@@ -43,14 +43,14 @@ def _counted(counts: dict[str, int]) -> str:
     return ", ".join(parts)
 
 
-def _warnings() -> tuple[str, ...]:
-    if wants_local():
+def _warnings(settings: config.Settings) -> tuple[str, ...]:
+    if wants_local(settings):
         return ()
     return ("this machine uses a remote service; this is the local store's content (BIR_SERVICE=local uses it)",)
 
 
-def _open(*, create: bool) -> Store:
-    path = default_path(config.home())
+def _open(settings: config.Settings, *, create: bool) -> Store:
+    path = default_path(settings.home)
     if not create and not path.exists():
         raise CommandError(f"there is no local store at {path} yet: nothing to export")
     try:
@@ -59,7 +59,7 @@ def _open(*, create: bool) -> Store:
         raise CommandError(str(exc)) from None
 
 
-def export_store(target: Path, *, force: bool) -> CommandResult:
+def export_store(target: Path, settings: config.Settings, *, force: bool) -> CommandResult:
     """Write the local store to ``target``.
 
     Raises:
@@ -71,7 +71,7 @@ def export_store(target: Path, *, force: bool) -> CommandResult:
         raise CommandError(f"{target} exists; give another file, or --force to replace it", EXIT_USAGE)
     if not target.parent.is_dir():
         raise CommandError(f"cannot write {target}: the folder {target.parent} does not exist", EXIT_USAGE)
-    store = _open(create=False)
+    store = _open(settings, create=False)
     try:
         document = store.export()
     except StoreError as exc:
@@ -92,12 +92,12 @@ def export_store(target: Path, *, force: bool) -> CommandResult:
     return CommandResult(
         text=text,
         data={"exported": str(target), "bytes": len(data), "rows": counts, "ready": ready},
-        warnings=_warnings(),
+        warnings=_warnings(settings),
     )
 
 
-def _read_document(source: Path) -> dict[str, Any]:
-    limit = max(_MIN_READ_BYTES, _READ_FACTOR * config.require_int("BIR_LOCAL_STORE_MB") * 1024 * 1024)
+def _read_document(source: Path, settings: config.Settings) -> dict[str, Any]:
+    limit = max(_MIN_READ_BYTES, _READ_FACTOR * settings.local_store_mb * 1024 * 1024)
     try:
         size = source.stat().st_size
         if size > limit:
@@ -118,15 +118,15 @@ def _read_document(source: Path) -> dict[str, Any]:
     return document
 
 
-def import_store(source: Path) -> CommandResult:
+def import_store(source: Path, settings: config.Settings) -> CommandResult:
     """Add what the export at ``source`` holds to the local store.
 
     Raises:
         CommandError: the file cannot be read or is not JSON (usage), is not an export or does not fit
             the store (refused; nothing was written).
     """
-    document = _read_document(source)
-    store = _open(create=True)
+    document = _read_document(source, settings)
+    store = _open(settings, create=True)
     try:
         added = store.import_document(document)
     except StoreError as exc:
@@ -139,4 +139,6 @@ def import_store(source: Path) -> CommandResult:
         text += f"\nAlready here, and kept as they are: {_counted(kept)}."
     if added.get("scenarios"):
         text += "\nThe imported ready scenarios match from the next prompt; `bir scenario list` shows them."
-    return CommandResult(text=text, data={"imported": str(source), "added": added, "kept": kept}, warnings=_warnings())
+    return CommandResult(
+        text=text, data={"imported": str(source), "added": added, "kept": kept}, warnings=_warnings(settings)
+    )

@@ -68,18 +68,18 @@ def _text(data: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir stats``."""
     from bir.hooks.local.booking import totals
     from bir.hooks.local.runtime import stats_of
     from bir.hooks.local.store import Store, StoreError, default_path
 
-    if not wants_local():
+    if not wants_local(settings):
         raise CommandError(
             "the figures are the local service's, and this machine uses a remote one (BIR_SERVICE=local to read them)",
             code="remote_service",
         )
-    path = default_path(config.home())
+    path = default_path(settings.home)
     project = str(resolve_project(args.project)) if args.project else None
     if not path.exists():
         data: dict[str, object] = {

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import psutil
 
-from bir.core import credentials, installed
+from bir.core import config, credentials, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
 from bir.core.off_switch import OffState, read_off
 from bir.core.paths import resolve_project
@@ -53,25 +53,26 @@ class StatusFacts:
     unwrapped: tuple[Unwrapped, ...] = ()
 
 
-async def gather(project_dir: str | Path) -> StatusFacts:
-    """The facts of ``bir status`` for the project at ``project_dir``.
+async def gather(project_dir: str | Path, settings: config.Settings | None = None) -> StatusFacts:
+    """The facts of ``bir status`` for the project at ``project_dir``, by ``settings`` (read now when None).
 
     Raises:
-        ConfigError: a ``BIR_*`` variable read here holds an unusable value.
+        ConfigError: ``settings`` is None and a ``BIR_*`` variable holds an unusable value.
     """
+    settings = settings if settings is not None else config.load()
     project = resolve_project(project_dir)
-    switches = installed.project(project)
-    sign_in = credentials.effective()
+    switches = installed.project(project, settings.home)
+    sign_in = credentials.effective(settings)
     return StatusFacts(
         project=str(project),
-        replay=replay_view(project),
+        replay=replay_view(project, settings),
         down=switches is not None and switches.down,
-        off=read_off(),
+        off=read_off(settings.off, settings.home),
         control=await control_facts(project),
         sign_in=sign_in,
-        service=await check_service(sign_in.url, sign_in.token),
+        service=await check_service(sign_in.url, sign_in.token, settings=settings),
         log=str(server_log(project)),
-        local=await anyio.to_thread.run_sync(store_summary) if wants_local() else None,
+        local=await anyio.to_thread.run_sync(store_summary, settings) if wants_local(settings) else None,
         unwrapped=tuple(unwrapped_servers(project)) if switches is not None else (),
     )
 
@@ -343,7 +344,7 @@ def add_parser(sub: Subparsers) -> None:
     cmd.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir status``; 1 when something is broken."""
     if args.all:
         rows = every_server()
@@ -354,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     with for_command(args) as progress:
         progress("asking the control server and the service…")
-        facts = asyncio.run(gather(args.project))
+        facts = asyncio.run(gather(args.project, settings))
     broken = bool(assess(facts))
     if args.json:
         write_json(render_json(facts), sys.stdout)

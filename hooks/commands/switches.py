@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -108,21 +108,17 @@ def wrapped_servers(switches: installed.ProjectSwitches | None) -> tuple[str, ..
     return tuple(str(n) for n in names if isinstance(n, str) and n != api.BIR_SERVER) if isinstance(names, list) else ()
 
 
-def replay_view(project: Path, env: Mapping[str, str] | None = None) -> ReplayView:
-    """The project's replay switches, read the way ``session_host.read_switches`` reads them.
-
-    Raises:
-        ConfigError: ``BIR_REPLAY`` or ``BIR_REPLAY_ALLOW_SERVERS`` holds an unusable value.
-    """
-    switches = installed.project(project)
+def replay_view(project: Path, settings: config.Settings) -> ReplayView:
+    """The project's replay switches, read the way ``bir.hooks.session.switches.read_switches`` reads them."""
+    switches = installed.project(project, settings.home)
     servers = switches.install.get("localServers", []) if switches is not None else []
     return ReplayView(
         project=str(project),
         installed=switches is not None,
         stored_replay=switches is not None and switches.replay,
         stored_allow=switches.allow if switches is not None else None,
-        env_replay_off=config.get_flag("BIR_REPLAY", env) is False,
-        env_allow=config.get_list("BIR_REPLAY_ALLOW_SERVERS", env),
+        env_replay_off=settings.replay is False,
+        env_allow=settings.replay_allow_servers,
         bir_server=isinstance(servers, list) and api.BIR_SERVER in servers,
         wrapped=wrapped_servers(switches),
     )
@@ -134,13 +130,9 @@ def describe_allow(allow: Sequence[str] | None) -> str:
     return ", ".join(allow) if allow else "no server (bir calls nothing by itself)"
 
 
-def replay_status(project_dir: str | os.PathLike[str]) -> CommandResult:
-    """``bir replay status``: the project's switches in words.
-
-    Raises:
-        ConfigError: a ``BIR_*`` variable read here holds an unusable value.
-    """
-    view = replay_view(resolve_project(project_dir))
+def replay_status(project_dir: str | os.PathLike[str], settings: config.Settings) -> CommandResult:
+    """``bir replay status``: the project's switches in words."""
+    view = replay_view(resolve_project(project_dir), settings)
     if not view.installed:
         text = f"bir is not installed in {view.project}: replay is off. To turn it on: bir install --replay"
         return CommandResult(text, view.to_json())
@@ -195,17 +187,16 @@ def refuse_unknown_servers(project: Path, allow: Sequence[str] | None, wrapped: 
     )
 
 
-def replay_switch(project_dir: str | os.PathLike[str], on: bool) -> CommandResult:
+def replay_switch(project_dir: str | os.PathLike[str], on: bool, settings: config.Settings) -> CommandResult:
     """``bir replay on|off``: store the project's replay switch.
 
     Raises:
         CommandError: bir is not installed in the project, or the store cannot be written.
-        ConfigError: a ``BIR_*`` variable read here holds an unusable value.
     """
     project = resolve_project(project_dir)
     _installed_or_refuse(project, f"there is no replay switch to turn {'on' if on else 'off'}")
     _store(project, replay=on)
-    view = replay_view(project)
+    view = replay_view(project, settings)
     if on:
         text = f"Replay is ON in {project}: scenario steps may run without permission prompts."
         text += f"\n  bir may call by itself: {describe_allow(view.allow)}\n  To turn it off: bir replay off"
@@ -241,19 +232,18 @@ def parse_allow(spec: str) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def replay_allow(project_dir: str | os.PathLike[str], spec: str) -> CommandResult:
+def replay_allow(project_dir: str | os.PathLike[str], spec: str, settings: config.Settings) -> CommandResult:
     """``bir replay allow <a,b>|all``: store the project's allowlist.
 
     Raises:
         CommandError: a bad list (usage), bir is not installed in the project, or the store cannot be written.
-        ConfigError: a ``BIR_*`` variable read here holds an unusable value.
     """
     allow = parse_allow(spec)
     project = resolve_project(project_dir)
     switches = _installed_or_refuse(project, "there is no allowlist to set")
     refuse_unknown_servers(project, allow, wrapped_servers(switches))
     _store(project, allow=allow)
-    view = replay_view(project)
+    view = replay_view(project, settings)
     text = f"bir may call by itself in {project}: {describe_allow(allow)}."
     if view.env_allow is not None:
         text += (
@@ -267,13 +257,13 @@ def replay_allow(project_dir: str | os.PathLike[str], spec: str) -> CommandResul
 # -- bir off / bir on ----------------------------------------------------------------------------------
 
 
-def runner_off() -> CommandResult:
+def runner_off(settings: config.Settings) -> CommandResult:
     """``bir off``: write ``<BIR_HOME>/off``; hooks answer ``{}`` and the ``bir`` server lists no tools.
 
     Raises:
         CommandError: the file cannot be written.
     """
-    path = off_file(config.home())
+    path = off_file(settings.home)
     try:
         private_dir(path.parent)
         os.close(open_private(path, "append"))
@@ -289,14 +279,13 @@ def runner_off() -> CommandResult:
     return CommandResult(text, {"off": True, "file": str(path)})
 
 
-def runner_on() -> CommandResult:
+def runner_on(settings: config.Settings) -> CommandResult:
     """``bir on``: remove ``<BIR_HOME>/off``.
 
     Raises:
         CommandError: the file exists and cannot be removed.
-        ConfigError: ``BIR_OFF`` holds an unusable value.
     """
-    path = off_file(config.home())
+    path = off_file(settings.home)
     try:
         path.unlink()
         was_off = True
@@ -306,9 +295,9 @@ def runner_on() -> CommandResult:
         raise CommandError(f"cannot remove {path}: {exc.strerror or exc}; remove it by hand") from exc
     text = "bir is on again." if was_off else "bir was not off."
     warnings: tuple[str, ...] = ()
-    if config.get_flag("BIR_OFF"):
+    if settings.off:
         warnings = ("BIR_OFF=1 in this environment still keeps bir off for what starts here: unset it",)
-    return CommandResult(text, {"off": bool(config.get_flag("BIR_OFF")), "wasOff": was_off}, warnings)
+    return CommandResult(text, {"off": settings.off, "wasOff": was_off}, warnings)
 
 
 # -- bir up / bir down ---------------------------------------------------------------------------------
@@ -493,17 +482,16 @@ def add_parser(sub: Subparsers) -> None:
         cmd.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: config.Settings) -> int:
     """Run ``bir off|on|up|down``; answer its exit status.
 
     Raises:
         CommandError: refused (the message says what to do next).
-        ConfigError: a ``BIR_*`` variable holds an unusable value (the CLI prints it).
     """
     if args.command == "off":
-        result = runner_off()
+        result = runner_off(settings)
     elif args.command == "on":
-        result = runner_on()
+        result = runner_on(settings)
     else:
         with for_command(args) as progress:
             if args.command == "up":

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import httpx
 
+    from bir.core.config import Settings
     from bir.core.service import ServiceClient
     from bir.hooks.local.runtime import LocalService
 
@@ -32,21 +33,16 @@ LOCAL_URL: Final = "http://local.bir"
 LOCAL_TOKEN: Final = "local"
 
 
-def wants_local(env: Mapping[str, str] | None = None) -> bool:
+def wants_local(settings: Settings) -> bool:
     """Whether this machine uses the local service: ``BIR_SERVICE`` forces one, and unset, the local
-    service is the default when no service is configured (no ``BIR_AUTH_URL``, not signed in).
+    service is the default when no service is configured (no ``BIR_AUTH_URL``, not signed in)."""
+    from bir.core import credentials
 
-    Raises:
-        ConfigError: ``BIR_SERVICE`` holds something else.
-    """
-    from bir.core import config, credentials
-
-    choice = config.get_str("BIR_SERVICE", env)
-    if choice is not None:
-        return choice == "local"
-    if config.get_str("BIR_AUTH_URL", env):
+    if settings.service is not None:
+        return settings.service == "local"
+    if settings.auth_url:
         return False
-    signed_in = credentials.effective()
+    signed_in = credentials.effective(settings)
     return signed_in is None or not signed_in.url
 
 
@@ -66,6 +62,7 @@ async def local_client(
     project: str | os.PathLike[str] | None = None,
     pool: Any | None = None,
     load_model: bool = True,
+    settings: Settings | None = None,
 ) -> AsyncIterator[ServiceClient]:
     """A ``ServiceClient`` on the local service (``open_local_service``), for the block's duration.
 
@@ -75,8 +72,8 @@ async def local_client(
     from bir.core.service import ServiceClient
 
     async with (
-        open_local_service(home, project=project, pool=pool, load_model=load_model) as local,
-        ServiceClient(local.base_url, LOCAL_TOKEN, transport=local.transport) as client,
+        open_local_service(home, project=project, pool=pool, load_model=load_model, settings=settings) as local,
+        ServiceClient(local.base_url, LOCAL_TOKEN, transport=local.transport, settings=settings) as client,
     ):
         yield client
 
@@ -88,8 +85,10 @@ async def open_local_service(
     project: str | os.PathLike[str] | None = None,
     pool: Any | None = None,
     load_model: bool = True,
+    settings: Settings | None = None,
 ) -> AsyncIterator[Local]:
-    """The local service over the store under ``home`` (``BIR_HOME``), for the block's duration.
+    """The local service over the store under ``home`` (else ``BIR_HOME``), for the block's duration,
+    on ``settings`` (read now when None).
 
     ``project`` is the project whose runs this control server records and matches (rows carry it);
     ``pool`` an evaluator pool to run self-checks in (else the service starts a one-worker pool when it
@@ -103,18 +102,17 @@ async def open_local_service(
     from bir.hooks.local.app import build_app
     from bir.hooks.local.runtime import opened
 
-    async with opened(home, project=project, pool=pool, load_model=load_model) as service:
+    async with opened(home, project=project, pool=pool, load_model=load_model, settings=settings) as service:
         yield Local(service, httpx.ASGITransport(app=build_app(service)))
 
 
-def store_summary(home: Path | None = None) -> dict[str, Any]:
+def store_summary(settings: Settings) -> dict[str, Any]:
     """How full the local store is, for ``bir status`` and ``bir doctor``: its path, its recorded bytes
     against its limit, its runs and ready scenarios; ``error`` when the file cannot be used. Never raises."""
-    from bir.core import config
     from bir.hooks.local.store import Store, StoreError, default_path
 
-    path = default_path(home if home is not None else config.home())
-    limit = config.require_int("BIR_LOCAL_STORE_MB") * 1024 * 1024
+    path = default_path(settings.home)
+    limit = settings.local_store_mb * 1024 * 1024
     out: dict[str, Any] = {"path": str(path), "limitBytes": limit}
     if not path.exists():
         return {**out, "exists": False, "bytes": 0, "runs": 0, "ready": 0}

@@ -81,18 +81,18 @@ class Model(msgspec.Struct, frozen=True):
     max_usd: float = 0.02
 
 
-def model_of(env: Mapping[str, str] | None = None, *, url: str | None = None) -> Model | None:
+def model_of(settings: config.Settings, *, url: str | None = None) -> Model | None:
     """The model the pass may call, or None when no key is configured (then nothing is ever sent)."""
     from bir.core.derive import resolve_api_key
 
-    key = resolve_api_key(env)
+    key = resolve_api_key(settings)
     if not key:
         return None
     return Model(
         api_key=key,
-        model=config.get_str("BIR_DERIVE_MODEL", env) or "claude-haiku-4-5-20251001",
+        model=settings.derive_model,
         url=url or ANTHROPIC_MESSAGES_URL,
-        max_usd=config.get_float("BIR_LOCAL_MODEL_MAX_USD", env) or 0.0,
+        max_usd=settings.local_model_max_usd,
     )
 
 

@@ -71,7 +71,9 @@ class LocalService:
         load_model: bool = True,
         min_runs: int | None = None,
         model: model_pass.Model | object | None = model_pass.FROM_ENV,
+        settings: config.Settings | None = None,
     ) -> None:
+        settings = settings if settings is not None else config.load()
         self.store = store
         self._load_model = load_model
         self.project = project
@@ -79,17 +81,15 @@ class LocalService:
         self._own_pool: Any | None = None
         self._pool_lock = anyio.Lock()
         self.embedder = embedder if embedder is not None else shared_embedder()
-        self.scope = scope or config.get_str("BIR_LOCAL_MATCH_SCOPE") or "project"
-        self.min_similarity = (
-            min_similarity if min_similarity is not None else config.get_float("BIR_LOCAL_EMBED_MIN_SIMILARITY") or 0.0
-        )
-        self.max_bytes = max_bytes if max_bytes is not None else config.require_int("BIR_LOCAL_STORE_MB") * 1024 * 1024
+        self.scope = scope or settings.local_match_scope
+        self.min_similarity = min_similarity if min_similarity is not None else settings.local_embed_min_similarity
+        self.max_bytes = max_bytes if max_bytes is not None else settings.local_store_mb * 1024 * 1024
         self._clock = clock
         # Runs a scenario must rest on before the matcher replays it (issue 19 item 2).
-        self.min_runs = min_runs if min_runs is not None else config.require_int("BIR_LOCAL_MIN_RUNS")
+        self.min_runs = min_runs if min_runs is not None else settings.local_min_runs
         # The optional model pass (issue 19 item 4): only with a key.
         self.model: model_pass.Model | None = (
-            model_pass.model_of()
+            model_pass.model_of(settings)
             if model is model_pass.FROM_ENV
             else model
             if isinstance(model, model_pass.Model)
@@ -937,20 +937,23 @@ async def opened(
     embedder: Embedder | None = None,
     store_path: Path | None = None,
     load_model: bool = True,
+    settings: config.Settings | None = None,
 ) -> AsyncIterator[LocalService]:
-    """Open the store under ``home`` (``BIR_HOME``) and run a ``LocalService`` on it for the block.
+    """Open the store under ``home`` (else ``BIR_HOME`` of ``settings``, read now when None) and run a
+    ``LocalService`` on it for the block.
 
     Raises:
         StoreError: the store file is not a bir store, is corrupt, or cannot be opened.
     """
     from bir.hooks.local.store import default_path
 
-    path = store_path or default_path(home if home is not None else config.home())
+    settings = settings if settings is not None else config.load()
+    path = store_path or default_path(home if home is not None else settings.home)
     store = await to_thread.run_sync(lambda: Store(path))
     try:
         resolved = None if project is None else await to_thread.run_sync(lambda: str(Path(project).resolve()))
         async with LocalService(
-            store, project=resolved, pool=pool, embedder=embedder, load_model=load_model
+            store, project=resolved, pool=pool, embedder=embedder, load_model=load_model, settings=settings
         ) as service:
             yield service
     finally:

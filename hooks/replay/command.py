@@ -210,18 +210,21 @@ def _quiet(_: str) -> None:
     return None
 
 
-async def _derive(args: ReplayArgs, scenario: Scenario, service: ServiceClient) -> dict[str, object]:
+async def _derive(
+    args: ReplayArgs, scenario: Scenario, service: ServiceClient, settings: config.Settings
+) -> dict[str, object]:
     """Operator values first; derivation only for what they leave open, and only where it can run."""
     open_names = [name for name in scenario.params_object if name not in args.params]
     derived: dict[str, object] = {}
     if open_names:
-        api_key = resolve_api_key()
+        api_key = resolve_api_key(settings)
         result = await derive_parameters(
             prompt=args.prompt,
             scenario=scenario,
             api_key=api_key,
             service=service if service.configured else None,
-            timeout_s=config.require_int("BIR_DERIVE_BUDGET_MS") / 1000,
+            timeout_s=settings.derive_budget_ms / 1000,
+            model=settings.derive_model,
             redact=redact_text,
         )
         derived = dict(result.params)
@@ -300,6 +303,7 @@ class _Run:
     params: dict[str, object]
     progress: Progress
     child_log: Path | None
+    settings: config.Settings
     live: _Live = field(default_factory=_Live)
 
     @property
@@ -317,22 +321,30 @@ class _Run:
         )
 
 
-async def run_replay(args: ReplayArgs, *, progress: Progress = _quiet, child_log: Path | None = None) -> ReplayReport:
+async def run_replay(
+    args: ReplayArgs,
+    *,
+    progress: Progress = _quiet,
+    child_log: Path | None = None,
+    settings: config.Settings | None = None,
+) -> ReplayReport:
     """Run ``bir replay`` and answer what happened; printing is the caller's.
 
     ``progress`` hears what the run is doing as it does it (a server starting, each step), for a
     terminal's progress line. ``child_log`` is the file the ``bir-proxy`` processes it starts write their
     stderr to (None: ours). A cancellation of the task running it (Ctrl-C, under ``asyncio.run``) ends the
     run: what it started is stopped, and the report says what ran and what did not (exit 130).
+    ``settings`` are the ``BIR_*`` variables it runs by (read now when None).
 
     Raises:
         ReplayUsageError: the scenario cannot be read, has no steps, or does not have a ``--param`` name.
         HostSessionError: a ``--wrap`` server could not be started or never polled.
-        config.ConfigError: a ``BIR_*`` value cannot be used.
+        config.ConfigError: ``settings`` is None and a ``BIR_*`` value cannot be used.
     """
     started: list[_Run] = []
+    settings = settings if settings is not None else config.load()
     try:
-        return await _replay(args, progress, child_log, started)
+        return await _replay(args, progress, child_log, started, settings)
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is None or task.uncancel() > 0:
@@ -343,25 +355,28 @@ async def run_replay(args: ReplayArgs, *, progress: Progress = _quiet, child_log
         return _report_of(started[0], "interrupted", EXIT_INTERRUPTED)
 
 
-async def _replay(args: ReplayArgs, progress: Progress, child_log: Path | None, started: list[_Run]) -> ReplayReport:
-    async with ServiceClient() as service:
+async def _replay(
+    args: ReplayArgs, progress: Progress, child_log: Path | None, started: list[_Run], settings: config.Settings
+) -> ReplayReport:
+    async with ServiceClient(settings=settings) as service:
         progress("reading the scenario…")
         scenario = await load_scenario(args.scenario, service)
         if not scenario.steps:
             raise ReplayUsageError("the scenario has no steps: there is nothing to replay")
         refuse_unknown_params(args.params, scenario)
-        run = _Run(args, scenario, {}, progress, child_log)
+        run = _Run(args, scenario, {}, progress, child_log, settings)
         started.append(run)
         if any(name not in args.params for name in scenario.params_object):
             progress("deriving the parameters…")
-        run = _Run(args, scenario, await _derive(args, scenario, service), progress, child_log, run.live)
+        params = await _derive(args, scenario, service, settings)
+        run = _Run(args, scenario, params, progress, child_log, settings, run.live)
         started[0] = run
         missing = _missing_targets(scenario, run.params)
         if missing:
             return _missing_report(run, missing)
         progress("starting the evaluator…")
         # A command ends long before a worker reaches its budget: no warm spare to pay for at start.
-        async with EvaluatorPool(warm_spares=False) as pool:
+        async with EvaluatorPool(warm_spares=False, settings=settings) as pool:
             progress("compiling the scenario's logic…")
             failures = await compile_check(pool, scenario)
             if failures:
@@ -511,7 +526,7 @@ async def _with_control(run: _Run, pool: EvaluatorPool) -> ReplayReport:
             # Every step stands on a recorded output, or --partial stops before the first: nothing to send.
             return await _execute(run, pool, None, "", blocked)
         return await _execute(run, pool, existing.url, existing.token, blocked)
-    server = ControlServer(replay_enabled=True)
+    server = ControlServer(replay_enabled=True, settings=run.settings)
     home = Path(tempfile.mkdtemp(prefix="bir-replay-"))
     hosts = [
         ProxyHost(name, command, project=args.project, env=proxy_environment(home), log_path=run.child_log)
@@ -556,7 +571,7 @@ async def _execute(
     live.plan = plan
     # No URL: no control server runs here, and ``execute`` sends nothing (see below).
     async with ControlClient(At(url or "", token)) as control:
-        direct = DirectExecutor(control, step_timeout_s=config.require_int("BIR_STEP_TIMEOUT_MS") / 1000, allow=None)
+        direct = DirectExecutor(control, step_timeout_s=run.settings.step_timeout_ms / 1000, allow=None)
 
         async def execute(step: ScenarioStep, tool_input: dict[str, Any]) -> StepResult:
             position = scenario.steps.index(step)

@@ -116,13 +116,13 @@ class ControlServer:
         hellos: HelloBook | None = None,
         wrapped: set[str] | None = None,
         version: str = __version__,
+        settings: config.Settings | None = None,
     ) -> None:
+        self.settings = settings if settings is not None else config.load()
         self.handler = handler
         self.token = token or secrets.token_urlsafe(32)
         # Without a session handler, BIR_REPLAY=0 is the single switch (§16.2).
-        self._replay_default = (
-            replay_enabled if replay_enabled is not None else config.get_flag("BIR_REPLAY") is not False
-        )
+        self._replay_default = replay_enabled if replay_enabled is not None else self.settings.replay is not False
         self.queue = queue or ProxyWorkQueue()
         self.hellos = hellos or HelloBook()
         self.wrapped: set[str] = wrapped if wrapped is not None else set()

@@ -121,6 +121,7 @@ class ServerState(Protocol):
     hellos: HelloBook
     wrapped: set[str]
     handler: SessionHandler | None
+    settings: config.Settings
 
     @property
     def replay_enabled(self) -> bool: ...
@@ -322,7 +323,7 @@ def build_app(server: ServerState) -> Starlette:
         handler = server.handler
         if handler is None:
             return json_response(api.ScenarioRunAnswer(ok=False, why=api.NO_PLAN))
-        limit_s = config.require_int("BIR_SCENARIO_RUN_TIMEOUT_MS") / 1000
+        limit_s = server.settings.scenario_run_timeout_ms / 1000
         answer: api.ScenarioRunAnswer | None = None
         try:
             with anyio.fail_after(limit_s):

@@ -14,7 +14,6 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from bir.core import config
 from bir.core.housekeeping import is_housekeeping
 from bir.core.log import log_event, log_task_failure
 from bir.core.tool_output import step_output_text
@@ -42,8 +41,11 @@ class CallRecording:
         proxy_reports: ProxyReports,
         recorder: RunRecorder,
         with_call_id: Callable[[str, Mapping[str, Any]], dict[str, Any]],
+        correlation_decision: str = "none",
     ) -> None:
         self._wrapped = wrapped
+        # BIR_CORRELATION_DECISION: what an ordinary wrapped call's hook answers when it carries a call id.
+        self._correlation_decision = correlation_decision
         self._proxy_reports = proxy_reports
         self._recorder = recorder
         self._with_call_id = with_call_id
@@ -160,8 +162,7 @@ class CallRecording:
         if tool is None or tool_use_id is None or not isinstance(hook.tool_input, dict):
             return api.EMPTY_HOOK_ANSWER
         mode = hook.permission_mode or run.permission_mode
-        choice = config.get_str("BIR_CORRELATION_DECISION") or "none"
-        decision = "allow" if mode == "bypassPermissions" else choice
+        decision = "allow" if mode == "bypassPermissions" else self._correlation_decision
         if mode == "plan" or decision not in ("allow", "ask") or api.CALL_ID_KEY in hook.tool_input:
             return api.EMPTY_HOOK_ANSWER
         updated = self._with_call_id(tool, hook.tool_input)

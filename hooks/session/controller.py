@@ -91,7 +91,9 @@ class Controller:
         expected_wrapped: Callable[[], frozenset[str]] = frozenset,
         wrap_approved: Callable[[], Awaitable[list[str]]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        settings: config.Settings | None = None,
     ) -> None:
+        self.settings = settings if settings is not None else config.load()
         self.queue = queue
         self.wrapped = wrapped
         self.pool = pool
@@ -116,7 +118,11 @@ class Controller:
         self._tasks: set[asyncio.Task[Any]] = set()
         # Recorded turns being sealed (their steps, then their finish): a shutdown waits for them.
         self.direct = DirectRunner(
-            queue=queue, sessions=self.sessions, allow=lambda: self.switches().allow, clock=clock
+            queue=queue,
+            sessions=self.sessions,
+            allow=lambda: self.switches().allow,
+            clock=clock,
+            settings=self.settings,
         )
         self.steer = SteerDriver(
             queue=queue,
@@ -126,12 +132,14 @@ class Controller:
             proxy_report=self.reports_of_proxies.wait,
             unseen_calls=lambda run: self.calls.unseen(run),  # noqa: PLW0108 - self.calls is built below
             clock=clock,
+            settings=self.settings,
         )
         self.calls = CallRecording(
             wrapped=wrapped,
             proxy_reports=self.reports_of_proxies,
             recorder=recorder,
             with_call_id=self.steer.with_call_id,
+            correlation_decision=self.settings.correlation_decision,
         )
 
     def switches(self) -> Switches:
@@ -263,7 +271,7 @@ class Controller:
             return None
         self.health.answered()
         took_ms = (self._clock() - began) * 1000
-        if took_ms > config.require_int("BIR_MATCH_SLOW_MS"):
+        if took_ms > self.settings.match_slow_ms:
             hold = self.gate.slow(self._clock())
             log_event("replay.match_gate", held_s=hold, took_ms=round(took_ms))
         elif self.gate.fast():
@@ -299,7 +307,7 @@ class Controller:
     async def _arm_from_match(
         self, run: Run, matching: asyncio.Task[Matched | None], hook: api.HookInput
     ) -> api.HookAnswer:
-        budget_s = config.require_int("BIR_MATCH_BUDGET_MS") / 1000
+        budget_s = self.settings.match_budget_ms / 1000
         began = self._clock()
         try:
             matched = await asyncio.wait_for(asyncio.shield(matching), budget_s)
@@ -327,13 +335,13 @@ class Controller:
 
     async def _arm(self, run: Run, matched: Matched) -> str | None:
         switches = self.switches()
-        key = resolve_api_key()
+        key = resolve_api_key(self.settings)
 
         def decide() -> Armable | Decline:
             return ladder(
                 matched,
                 replay_on=switches.replay,
-                min_similarity=config.get_float("BIR_MIN_STEER_SIMILARITY") or 0.0,
+                min_similarity=self.settings.min_steer_similarity,
                 wrapped=self.wrapped,
                 delivery_live=self.delivery_live(),
                 permission_mode=run.permission_mode,
@@ -369,7 +377,7 @@ class Controller:
         run.steps_planned = plan.step_count
         if verdict.scenario.targets:
             try:
-                await asyncio.wait_for(plan.ready(), config.require_int("BIR_HOOK_DERIVE_BUDGET_MS") / 1000)
+                await asyncio.wait_for(plan.ready(), self.settings.hook_derive_budget_ms / 1000)
             except (PlanError, PlanStateError, TimeoutError) as exc:
                 reason = exc.message if isinstance(exc, PlanError) else "the parameters were not derived in time"
                 self._decline(run, matched, Decline("missing_target", reason))
@@ -413,9 +421,7 @@ class Controller:
     def _plan(self, run: Run, armable: Armable, key: str | None) -> ScenarioReplayPlan:
         scenario: Scenario = armable.scenario
         mode: ReplayMode = armable.mode
-        budget_s = max(
-            config.require_int("BIR_SERVICE_TIMEOUT_MS") / 1000, config.require_int("BIR_DERIVE_BUDGET_MS") / 1000
-        )
+        budget_s = max(self.settings.service_timeout_ms, self.settings.derive_budget_ms) / 1000
 
         async def derive() -> Mapping[str, object]:
             derivation: Derivation = await derive_parameters(
@@ -424,6 +430,7 @@ class Controller:
                 api_key=key,
                 service=self.service if not self.health.cooling(self._clock()) else None,
                 timeout_s=budget_s,
+                model=self.settings.derive_model,
                 redact=redact_text,
             )
             run.derive_cost_usd = derivation.cost_usd
@@ -438,7 +445,9 @@ class Controller:
             )
             return derivation.params
 
-        return ScenarioReplayPlan(scenario, mode, derive(), self.pool)
+        return ScenarioReplayPlan(
+            scenario, mode, derive(), self.pool, recorded_fallback=self.settings.replay_recorded_outputs
+        )
 
     # -- tool calls -------------------------------------------------------------------------------
 

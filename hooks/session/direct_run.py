@@ -39,7 +39,9 @@ class DirectRunner:
         sessions: SessionTable,
         allow: Callable[[], frozenset[str] | None],
         clock: Callable[[], float],
+        settings: config.Settings,
     ) -> None:
+        self._settings = settings
         self._queue = queue
         self._sessions = sessions
         self._allow = allow
@@ -53,8 +55,9 @@ class DirectRunner:
         if not advance(run, "started"):
             return api.ScenarioRunAnswer(ok=False, why=ALREADY_RUNNING)
         plan = run.plan
-        budget_s = (config.get_float("BIR_REPLAY_BUDGET_MS") or config.require_int("BIR_REPLAY_PLAN_BUDGET_MS")) / 1000
-        derive_s = config.require_int("BIR_DERIVE_BUDGET_MS") / 1000
+        settings = self._settings
+        budget_s = (settings.replay_budget_ms or settings.replay_plan_budget_ms) / 1000
+        derive_s = settings.derive_budget_ms / 1000
         if derive_s + budget_s > DIRECT_CEILING_S:
             derive_s = min(derive_s, 60.0)
             budget_s = max(1.0, DIRECT_CEILING_S - derive_s)
@@ -67,7 +70,7 @@ class DirectRunner:
         executor = SessionExecutor(
             self._queue,
             session_id=run.session_id,
-            step_timeout_s=config.require_int("BIR_STEP_TIMEOUT_MS") / 1000,
+            step_timeout_s=settings.step_timeout_ms / 1000,
             allow=self._allow(),
             deadline=self._clock() + budget_s,
         )

@@ -16,7 +16,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any, Final
 
 from bir.core import config
@@ -105,9 +104,10 @@ class SteerDriver:
         allow_servers: Callable[[], frozenset[str] | None],
         proxy_report: Callable[[str, float], Awaitable[api.StepReport | None]],
         unseen_calls: Callable[[Run], Awaitable[list[Any]]] = _none_unseen,
-        home: Callable[[], Path] = config.home,
         clock: Callable[[], float] = time.monotonic,
+        settings: config.Settings,
     ) -> None:
+        self.settings = settings
         self.queue = queue
         self.wrapped = wrapped
         self.service = service
@@ -115,7 +115,6 @@ class SteerDriver:
         self.proxy_report = proxy_report
         # This turn's calls no hook saw (made before the tool hooks' server connected), from the transcript.
         self.unseen_calls = unseen_calls
-        self.home = home
         self._clock = clock
 
     # -- PreToolUse --------------------------------------------------------------------------------
@@ -187,7 +186,7 @@ class SteerDriver:
         position = plan.current_step_index
         # §10: the first pin waits for the derivation at most min(BIR_DERIVE_BUDGET_MS, BIR_HOOK_DERIVE_BUDGET_MS);
         # past it the plan hands over and its note takes the call's place.
-        limit_ms = min(config.require_int("BIR_DERIVE_BUDGET_MS"), config.require_int("BIR_HOOK_DERIVE_BUDGET_MS"))
+        limit_ms = min(self.settings.derive_budget_ms, self.settings.hook_derive_budget_ms)
         limit_s = limit_ms / 1000
         readying = asyncio.ensure_future(plan.ready())
         # Past the wait it goes on in the background; its failure is met again at the plan's next use.
@@ -241,12 +240,12 @@ class SteerDriver:
     async def _diverge(
         self, run: Run, plan: ScenarioReplayPlan, hook: api.HookInput, deadline: float
     ) -> api.HookAnswer:
-        budget_s = config.require_int("BIR_PRETOOL_REPLAY_BUDGET_MS") / 1000
+        budget_s = self.settings.pretool_replay_budget_ms / 1000
         until = min(self._clock() + budget_s, deadline - ANSWER_MARGIN_S)
         executor = SessionExecutor(
             self.queue,
             session_id=run.session_id,
-            step_timeout_s=config.require_int("BIR_STEP_TIMEOUT_MS") / 1000,
+            step_timeout_s=self.settings.step_timeout_ms / 1000,
             allow=self.allow_servers(),
             deadline=until,
         )
@@ -270,7 +269,7 @@ class SteerDriver:
                 # A step was sent and never answered: the note alone takes the call's place.
                 return deny(bundle.text)
             return api.EMPTY_HOOK_ANSWER
-        delivery = deliver(bundle.text, hook.tool_name, self.home())
+        delivery = deliver(bundle.text, hook.tool_name, self.settings.home)
         log_event(
             "replay.delivered",
             run_id=run.run_id,

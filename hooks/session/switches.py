@@ -1,4 +1,5 @@
-"""The project's switches as a live session reads them: at each use, so a flip needs no restart."""
+"""The project's switches as a live session reads them: the stored ones at each use, so a flip needs no
+restart (the ``BIR_*`` ones are the process's, read once at its start)."""
 
 from __future__ import annotations
 
@@ -23,23 +24,26 @@ class Switches:
 SwitchReader = Callable[[], Switches]
 
 
-def read_switches(project: Path) -> SwitchReader:
+def read_switches(project: Path, settings: config.Settings | None = None) -> SwitchReader:
     """The project's switches, read at each use so a flip reaches a running server without a restart.
 
     Replay is on only where ``bir install --replay`` stored it on (D14) and ``BIR_REPLAY`` is not ``0``;
-    the allowlist is ``BIR_REPLAY_ALLOW_SERVERS``, else the project's stored one.
+    the allowlist is ``BIR_REPLAY_ALLOW_SERVERS``, else the project's stored one (the variables of
+    ``settings``, read now when None).
     """
+    settings = settings if settings is not None else config.load()
 
     def read() -> Switches:
         try:
             stored = installed.project(project)
         except installed.StoreError:
             stored = None
-        replay = installed.replay_on(stored)
-        allow = config.get_list("BIR_REPLAY_ALLOW_SERVERS")
+        replay = installed.replay_on(stored, settings.replay)
+        allow = settings.replay_allow_servers
         if allow is None and stored is not None and stored.allow is not None:
             allow = tuple(stored.allow)
-        return Switches(off=runner_off(), replay=replay, allow=frozenset(allow) if allow is not None else None)
+        off = runner_off(settings.off, settings.home)
+        return Switches(off=off, replay=replay, allow=frozenset(allow) if allow is not None else None)
 
     return read
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bir.core import log
+from bir.core import config, log
 from bir.core.derive import (
     ANSWER_TOOL,
     Derivation,
@@ -428,26 +428,27 @@ async def test_a_redactor_that_raises_costs_the_derivation_not_the_turn(logged: 
 
 def test_the_derive_key_wins() -> None:
     env = {"BIR_DERIVE_API_KEY": "sk-derive", "ANTHROPIC_API_KEY": "sk-claude-code"}
-    assert resolve_api_key(env) == "sk-derive"
+    assert resolve_api_key(config.load(env), env) == "sk-derive"
 
 
 def test_anthropic_api_key_is_ignored_and_logged_unless_allowed(logged: Logged) -> None:
-    assert resolve_api_key({"ANTHROPIC_API_KEY": "sk-claude-code"}) is None
+    env = {"ANTHROPIC_API_KEY": "sk-claude-code"}
+    assert resolve_api_key(config.load(env), env) is None
     assert len(events(logged, "derive.api_key_ignored")) == 1
     assert "sk-claude-code" not in json.dumps(logged())
 
 
 def test_anthropic_api_key_is_used_with_the_opt_in() -> None:
     env = {"ANTHROPIC_API_KEY": "sk-claude-code", "BIR_USE_ANTHROPIC_API_KEY": "1"}
-    assert resolve_api_key(env) == "sk-claude-code"
+    assert resolve_api_key(config.load(env), env) == "sk-claude-code"
 
 
 def test_no_key_at_all_is_none_without_a_log_line(logged: Logged) -> None:
-    assert resolve_api_key({}) is None
+    assert resolve_api_key(config.load({}), {}) is None
     assert logged() == []
 
 
 def test_the_process_environment_is_read_when_no_mapping_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setenv("BIR_DERIVE_API_KEY", "sk-env")
-    assert resolve_api_key() == "sk-env"
+    assert resolve_api_key(config.load()) == "sk-env"

@@ -11,6 +11,7 @@ import anyio
 import msgspec
 import pytest
 
+from bir.core import config
 from bir.core.bundle import PARTIAL_MARKER
 from bir.core.coverage import ReplayMode
 from bir.core.handover import OPENING
@@ -474,12 +475,12 @@ async def test_a_recorded_stand_in_is_drawn_in_step_order_past_steps_that_ran_li
     assert [v.status for v in plan.ledger] == ["ok", "recorded"]
 
 
-async def test_the_recorded_outputs_option_comes_from_the_environment(
+async def test_the_recorded_outputs_option_comes_from_the_environment_through_the_settings(
     pool: EvaluatorPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("BIR_REPLAY_RECORDED_OUTPUTS", "1")
     scenario = with_step(fixture("fleet-mixed.json"), 1, recorded_output=READ_RESPONSE)
-    plan = make_plan(pool, scenario, MIXED_PARAMS)
+    plan = make_plan(pool, scenario, MIXED_PARAMS, recorded_fallback=config.load().replay_recorded_outputs)
 
     result = await plan.compose_bundle(60_000, Executor({"Read": StepNotSent("no session")}))
 

@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 
-from bir.core import log
+from bir.core import config, log
 from bir.core.service import ServiceClient
 from bir.hooks.daemon import live_session
 from bir.hooks.discovery import write_discovery
@@ -109,8 +109,14 @@ def captured_logs() -> Iterator[io.StringIO]:
 
 
 @pytest.fixture
-async def rig(tmp_path: Path, captured_logs: io.StringIO, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Rig]:
+async def rig(
+    tmp_path: Path, captured_logs: io.StringIO, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> AsyncIterator[Rig]:
+    """A live session behind a real control server and a real fleet proxy; a test's
+    ``@pytest.mark.settings(field=value, …)`` sets what its ``Settings`` say (read once, as ``bir-hooks`` does)."""
     monkeypatch.setenv("BIR_AUTH_URL", "http://placeholder")
+    marker = request.node.get_closest_marker("settings")
+    settings = config.load()._replace(**marker.kwargs) if marker is not None else None
     switches: dict[str, Any] = {"off": False, "replay": True, "allow": None}
     async with running_fake_service() as fake:
         project = tmp_path / "project"
@@ -122,6 +128,7 @@ async def rig(tmp_path: Path, captured_logs: io.StringIO, monkeypatch: pytest.Mo
                 project,
                 service=service,
                 switches=lambda: Switches(switches["off"], switches["replay"], switches["allow"]),
+                settings=settings,
             ) as live,
         ):
             server = live.server

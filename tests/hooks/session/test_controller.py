@@ -111,10 +111,8 @@ async def test_replay_off_matches_without_waiting_and_arms_nothing(rig: Rig) -> 
     assert rig.events("plan.armed") == []
 
 
-async def test_a_match_that_never_answers_leaves_the_prompt_inside_its_budget(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("BIR_MATCH_BUDGET_MS", "300")
+@pytest.mark.settings(match_budget_ms=300)
+async def test_a_match_that_never_answers_leaves_the_prompt_inside_its_budget(rig: Rig) -> None:
     direct_hit(rig.fake)
     rig.fake.route_latency_s["match"] = float("inf")
     with anyio.fail_after(3):

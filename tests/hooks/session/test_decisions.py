@@ -70,10 +70,8 @@ async def test_while_the_match_gate_holds_a_hit_declines_match_slow(rig: Rig) ->
     assert codes(rig) == ["match_slow"]
 
 
-async def test_a_match_past_its_budget_logs_match_timeout_and_when_it_lands_match_late(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("BIR_MATCH_BUDGET_MS", "200")
+@pytest.mark.settings(match_budget_ms=200)
+async def test_a_match_past_its_budget_logs_match_timeout_and_when_it_lands_match_late(rig: Rig) -> None:
     direct_hit(rig.fake)
     rig.fake.route_latency_s["match"] = 0.8
     assert await prompt(rig) == {}

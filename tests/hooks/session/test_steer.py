@@ -219,19 +219,20 @@ async def test_a_call_beside_a_pin_that_never_threads_hands_over_with_the_note_i
     assert await end_unsent(rig) == "failed"
 
 
-async def test_an_ordinary_wrapped_call_carries_a_call_id_only_where_the_operator_allows(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_an_ordinary_wrapped_call_carries_no_call_id_unless_the_operator_allows(rig: Rig) -> None:
     await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt="something new"))
     assert await pre(rig, LIST, {"region": "eu-west-1"}, "t1") == {}
-    monkeypatch.setenv("BIR_CORRELATION_DECISION", "ask")
+
+
+@pytest.mark.settings(correlation_decision="ask")
+async def test_an_ordinary_wrapped_call_carries_a_call_id_only_where_the_operator_allows(rig: Rig) -> None:
+    await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt="something new"))
     answer = decision(await pre(rig, LIST, {"region": "eu-west-1"}, "t2"))
     assert answer["permissionDecision"] == "ask"
     assert CALL_ID_KEY in answer["updatedInput"]
     planning = hook_input("PreToolUse", tool_name=LIST, tool_input={"region": "x"}, tool_use_id="t3")
     planning["permission_mode"] = "plan"
     assert await rig.hook("/tool/pre", planning) == {}
-    monkeypatch.delenv("BIR_CORRELATION_DECISION")
     bypass = hook_input("PreToolUse", tool_name=LIST, tool_input={"region": "x"}, tool_use_id="t4")
     bypass["permission_mode"] = "bypassPermissions"
     assert decision(await rig.hook("/tool/pre", bypass))["permissionDecision"] == "allow"
@@ -295,10 +296,8 @@ async def test_in_plan_mode_nothing_is_pinned_or_approved(rig: Rig) -> None:
     assert await rig.hook("/tool/pre", body) == {}
 
 
-async def test_with_recorded_outputs_allowed_a_step_that_cannot_be_sent_stands_on_its_recording(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("BIR_REPLAY_RECORDED_OUTPUTS", "1")
+@pytest.mark.settings(replay_recorded_outputs=True)
+async def test_with_recorded_outputs_allowed_a_step_that_cannot_be_sent_stands_on_its_recording(rig: Rig) -> None:
     steer_hit(rig.fake, scenario("fleet-mixed"))
     rig.fake.add_run(
         "run_source",
@@ -320,10 +319,8 @@ async def test_with_recorded_outputs_allowed_a_step_that_cannot_be_sent_stands_o
     assert [s["status"] for s in report["steps"]] == ["ok", "recorded", "recorded"]
 
 
-async def test_a_recorded_call_holds_the_arguments_that_ran_not_the_call_id(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("BIR_CORRELATION_DECISION", "allow")
+@pytest.mark.settings(correlation_decision="allow")
+async def test_a_recorded_call_holds_the_arguments_that_ran_not_the_call_id(rig: Rig) -> None:
     await rig.hook("/session/prompt", hook_input("UserPromptSubmit", prompt="something new"))
     answer = decision(await pre(rig, LIST, {"region": "eu-west-1"}, "t1"))
     ran = answer["updatedInput"]
@@ -452,10 +449,8 @@ async def test_a_plan_with_a_shell_step_waits_briefly_so_its_directive_shows_the
     assert 'arguments: {"region":"eu-west-1"}' in context
 
 
-async def test_the_first_pin_waits_for_a_slow_derivation_only_its_budget_then_hands_over(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("BIR_HOOK_DERIVE_BUDGET_MS", "500")
+@pytest.mark.settings(hook_derive_budget_ms=500)
+async def test_the_first_pin_waits_for_a_slow_derivation_only_its_budget_then_hands_over(rig: Rig) -> None:
     steer_hit(rig.fake, settings_only(read_first()))
     rig.fake.route_latency_s["derive"] = 5.0
     await prompt(rig)
