@@ -52,16 +52,53 @@ def check_dir(path: Path) -> None:
         HomeError: it is not a folder, another user owns it, or group or others may write to it.
     """
     info = os.stat(path)
-    if not stat.S_ISDIR(info.st_mode):
-        raise HomeError(f"{path} is not a folder; move it away and bir makes its own")
-    problem = _owner_problem(path, info)
+    problem = _dir_problem(path, info)
     if problem is not None:
         raise HomeError(problem)
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)
+
+
+def _dir_problem(path: Path, info: os.stat_result) -> str | None:
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a folder; move it away and bir makes its own"
+    problem = _owner_problem(path, info)
+    if problem is not None:
+        return problem
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o022:
-        raise HomeError(f"{path} is writable by group or others (mode {mode:04o}); `chmod 700 {path}` fixes it")
-    if mode & 0o077:
-        os.chmod(path, 0o700)
+        return f"{path} is writable by group or others (mode {mode:04o}); `chmod 700 {path}` fixes it"
+    return None
+
+
+def home_problems(home: Path) -> list[str]:
+    """What makes ``home`` or a folder in it one bir refuses to use (``check_dir``'s rules, a folder that is a
+    link included), one sentence each; read only, nothing is changed. Empty when all is well or nothing exists."""
+    found: list[str] = []
+    try:
+        problem = _dir_problem(home, os.stat(home))
+    except FileNotFoundError:
+        return found
+    except OSError as exc:
+        return [f"{home} cannot be read: {exc.strerror or exc}"]
+    if problem is not None:
+        return [problem]
+    try:
+        entries = sorted(home.iterdir())
+    except OSError as exc:
+        return [f"{home} cannot be listed: {exc.strerror or exc}"]
+    for entry in entries:
+        try:
+            info = os.lstat(entry)
+        except OSError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            found.append(f"{entry} is a link; bir never follows one in its home: move it away")
+        elif stat.S_ISDIR(info.st_mode):
+            problem = _dir_problem(entry, info)
+            if problem is not None:
+                found.append(problem)
+    return found
 
 
 def private_dir(home: Path, *parts: str) -> Path:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from bir.core import config, installed
 from bir.core.exits import EXIT_FAILED, EXIT_OK
+from bir.core.home_files import home_problems
 from bir.evaluator import walls
 from bir.hooks import api
 from bir.hooks.commands.probes import Serving, serving
@@ -97,6 +98,8 @@ class DoctorFacts:
     # The scenarios bir knows (read only when a server is unwrapped): each unwrapped server's finding
     # names those that call it and the mode each gets.
     scenarios: tuple[KnownScenario, ...] = ()
+    # What makes BIR_HOME or a folder in it one bir refuses (``core.home_files.home_problems``).
+    home_problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -252,6 +255,7 @@ async def _gather(project_dir: str | Path, settings: config.Settings) -> DoctorF
         ),
         serving=served,
         scenarios=known_scenarios(project, local=served == "local") if status.unwrapped else (),
+        home_problems=tuple(home_problems(settings.home)),
     )
 
 
@@ -526,11 +530,21 @@ def _config_findings(facts: DoctorFacts) -> list[Finding]:
     ]
 
 
+def _home_findings(facts: DoctorFacts) -> list[Finding]:
+    # Every hook answers `{}` and every server refuses to start while its home is one bir cannot trust.
+    out: list[Finding] = []
+    for problem in facts.home_problems:
+        said, _, fixed = problem.partition("; `")
+        fix = fixed.split("`")[0] if fixed else "move it away; bir makes its own"
+        out.append(Finding("home", "broken", said, fix))
+    return out
+
+
 def diagnose(facts: DoctorFacts) -> Diagnosis:
     """Every finding about ``facts``, the replay block first (after any unusable ``BIR_*`` value)."""
     status = facts.status
     deriver = who_derives(facts)
-    findings: list[Finding] = _config_findings(facts)
+    findings: list[Finding] = _config_findings(facts) + _home_findings(facts)
     if status.off.off:
         by = "BIR_OFF=1" if status.off.env else status.off.path
         findings.append(Finding("switches", "warning", f"bir is OFF ({by}): nothing is matched or replayed", "bir on"))

@@ -82,6 +82,32 @@ def test_with_no_service_configured_the_local_service_derives_and_doctor_says_ho
     assert local["level"] == "ok"
 
 
+def test_a_home_others_may_write_or_a_link_in_it_is_broken_with_the_command_that_fixes_it(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["install", "--replay", "--project", str(project)]) == 0
+    capsys.readouterr()
+    home = config.home()
+    _, clean = doctor_json(capsys, project)
+    assert [f for f in clean["findings"] if f["topic"] == "home"] == []
+
+    (home / "logs").mkdir(exist_ok=True)
+    (home / "logs").chmod(0o777)
+    (home / "tmp").symlink_to(project)
+    code, data = doctor_json(capsys, project)
+    assert code == 1
+    shared = finding(data, "home", f"{home / 'logs'} is writable by group or others (mode 0777)")
+    assert (shared["level"], shared["fix"]) == ("broken", f"chmod 700 {home / 'logs'}")
+    link = finding(data, "home", f"{home / 'tmp'} is a link")
+    assert link["level"] == "broken"
+    assert "move it away" in link["fix"]
+
+    home.chmod(0o777)
+    _, whole = doctor_json(capsys, project)
+    assert finding(whole, "home", f"{home} is writable by group or others")["fix"] == f"chmod 700 {home}"
+    home.chmod(0o700)
+
+
 def test_a_missing_hook_and_a_wrong_timeout_are_broken_and_fixed_by_bir_install(
     project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -382,15 +382,19 @@ def test_two_hundred_past_turns_are_learned_resumably_after_a_kill_and_none_twic
         start_new_session=True,
     )
     path = default_path(config.home())
-    wait_for(
-        lambda: killed.poll() is not None or (path.exists() and _runs_in(path) >= expected_before_kill),
-        120,
-        f"the first learn's commit of {expected_before_kill} runs",
-    )
-    assert killed.poll() is None, "the first learn ended before it was killed"
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait(30)
-    blocker.unlink()
+    try:
+        wait_for(
+            lambda: killed.poll() is not None or (path.exists() and _runs_in(path) >= expected_before_kill),
+            120,
+            f"the first learn's commit of {expected_before_kill} runs",
+        )
+        assert killed.poll() is None, "the first learn ended before it was killed"
+    finally:
+        # Whatever happened, no learn is left blocked on the pipe for ever.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(30)
+        blocker.unlink()
     imported_before_kill = _runs_in(path)
     assert imported_before_kill == expected_before_kill
     assert 0 < imported_before_kill < TURNS
