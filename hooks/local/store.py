@@ -252,6 +252,28 @@ def _check_sidecars(path: Path) -> None:
             raise StoreError(f"{side} has other names (hard links); bir writes only files of its own")
 
 
+# The store files this process has open through SQLite ((st_dev, st_ino) -> how many Stores): closing any
+# descriptor of a file drops every POSIX lock the process holds on it, SQLite's included, so a file already open
+# here is checked by its name alone and never opened again outside SQLite (two writers would corrupt it).
+_OPEN_HERE: dict[tuple[int, int], int] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _open_here(path: Path) -> os.stat_result | None:
+    """``path``'s ``lstat`` when this process has it open already (checked as ``_inspect`` checks, but for
+    its header, which SQLite has read); None when it has not."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    with _OPEN_LOCK:
+        if _OPEN_HERE.get((info.st_dev, info.st_ino), 0) <= 0:
+            return None
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink > 1:
+        raise StoreError(f"{path} changed while bir had it open (a link, another owner or other names); bir leaves it")
+    return info
+
+
 def _same_file(path: Path, info: os.stat_result) -> bool:
     try:
         now = os.lstat(path)
@@ -275,30 +297,37 @@ class Store:
             private_dir(path.parent)
         except OSError as exc:
             raise _refusal(exc, path.parent) from None
-        fd, info = _claim(path)
-        try:
+        known = _open_here(path)
+        if known is not None:
+            info = known
             _check_sidecars(path)
+        else:
+            fd, info = _claim(path)
             try:
-                conn = sqlite3.connect(
-                    path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-                )
-            except sqlite3.Error as exc:
-                raise _translate(exc, path) from None
-            if not _same_file(path, info):
-                conn.close()
-                raise StoreError(f"{path} was replaced while bir opened it; bir leaves it as it is")
-            self._conn = conn
-            self._lock = threading.RLock()
-            try:
-                self._prepare(max_page_count)
-            except BaseException:
-                conn.close()
-                raise
-            if stat.S_IMODE(info.st_mode) & 0o077:
-                with contextlib.suppress(OSError):
-                    os.fchmod(fd, 0o600)
-        finally:
-            os.close(fd)
+                _check_sidecars(path)
+                if stat.S_IMODE(info.st_mode) & 0o077:
+                    with contextlib.suppress(OSError):
+                        os.fchmod(fd, 0o600)
+            finally:
+                # Closed before SQLite opens the file, never after (see _OPEN_HERE).
+                os.close(fd)
+        try:
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise _translate(exc, path) from None
+        if not _same_file(path, info):
+            conn.close()
+            raise StoreError(f"{path} was replaced while bir opened it; bir leaves it as it is")
+        self._conn = conn
+        self._lock = threading.RLock()
+        try:
+            self._prepare(max_page_count)
+        except BaseException:
+            conn.close()
+            raise
+        self._key: tuple[int, int] | None = (info.st_dev, info.st_ino)
+        with _OPEN_LOCK:
+            _OPEN_HERE[self._key] = _OPEN_HERE.get(self._key, 0) + 1
 
     # --- opening ----------------------------------------------------------------------------------
 
@@ -364,6 +393,14 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            key, self._key = self._key, None
+        if key is not None:
+            with _OPEN_LOCK:
+                left = _OPEN_HERE.get(key, 0) - 1
+                if left > 0:
+                    _OPEN_HERE[key] = left
+                else:
+                    _OPEN_HERE.pop(key, None)
 
     # --- transactions -----------------------------------------------------------------------------
 

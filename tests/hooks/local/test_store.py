@@ -314,3 +314,41 @@ def test_a_full_disk_refuses_the_write_as_store_full_and_keeps_what_was_there(tm
         fill()
     assert store.run("run_kept") is not None
     store.close()
+
+
+LOCKED_PROBE = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], timeout=0.3, isolation_level=None)
+try:
+    conn.execute("BEGIN IMMEDIATE")
+except sqlite3.OperationalError as exc:
+    print("locked" if "locked" in str(exc) else f"error: {exc}")
+else:
+    print("got the write lock")
+"""
+
+
+def test_a_second_store_opened_in_the_same_process_never_drops_the_first_ones_locks(tmp_path: Path) -> None:
+    # Closing any descriptor of a file drops every POSIX lock the process holds on it: a second Store that
+    # opened and closed the file to check it would free the first one's write lock for another process.
+    path = tmp_path / "local" / "store.db"
+    first = Store(path)
+    first._conn.execute("BEGIN IMMEDIATE")
+    try:
+        second = Store(path)
+        probe = subprocess.run(
+            [sys.executable, "-c", LOCKED_PROBE, str(path)], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert probe.stdout.strip() == "locked"
+        second.close()
+        again = subprocess.run(
+            [sys.executable, "-c", LOCKED_PROBE, str(path)], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert again.stdout.strip() == "locked"
+    finally:
+        first._conn.execute("ROLLBACK")
+        first.close()
+    free = subprocess.run(
+        [sys.executable, "-c", LOCKED_PROBE, str(path)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert free.stdout.strip() == "got the write lock"
