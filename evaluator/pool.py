@@ -225,6 +225,7 @@ class EvaluatorPool(WorkerEvents):
         self._cwd: str | None = None
         self._spawn_failures = 0  # in a row; reset by a start that succeeds
         self._retry_start_at = 0.0  # time.monotonic() before which no spare is started (after failures)
+        self._spares_coming: set[WorkerProcess] = set()  # workers whose spare's start is scheduled, not begun
         # Starts in flight, each with the worker it is the spare of (None: a worker of its own).
         self._starting: dict[WorkerProcess, WorkerProcess | None] = {}
         self._spare_of: dict[WorkerProcess, WorkerProcess] = {}  # a serving worker -> its spare, starting or ready
@@ -477,9 +478,15 @@ class EvaluatorPool(WorkerEvents):
         if self._closed:
             return None
 
+        if spare_for is not None:
+            # Until its task runs, `_spare_of` does not show the spare: the next job must not start another.
+            self._spares_coming.add(spare_for)
+
         async def go() -> WorkerProcess | None:
             if delay_s:
                 await asyncio.sleep(delay_s)
+            if spare_for is not None:
+                self._spares_coming.discard(spare_for)  # _spawn puts it in _spare_of before it yields
             try:
                 return await self._spawn(spare_for)
             except Exception:  # noqa: BLE001 - logged in _spawn; the next need will try again
@@ -490,6 +497,8 @@ class EvaluatorPool(WorkerEvents):
         task = asyncio.get_running_loop().create_task(go())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if spare_for is not None:
+            task.add_done_callback(lambda _: self._spares_coming.discard(spare_for))
         return task
 
     def _retry_delay_s(self) -> float:
@@ -642,7 +651,7 @@ class EvaluatorPool(WorkerEvents):
 
     def _maybe_start_spare(self, worker: WorkerProcess) -> None:
         """Start the worker's spare once it has no more jobs left than it will serve while one starts."""
-        if worker in self._spare_of or self._closed or worker.retiring:
+        if worker in self._spare_of or worker in self._spares_coming or self._closed or worker.retiring:
             return
         if time.monotonic() < self._retry_start_at:
             return  # the last start failed: the worker serves on, and a later job tries again
@@ -681,7 +690,9 @@ class EvaluatorPool(WorkerEvents):
     def on_exit(self, worker: WorkerProcess, returncode: int | None) -> None:
         self._procs.discard(worker)
         for served, spare in list(self._spare_of.items()):
-            if spare is worker:
+            # A spare that died in its start is let go by _spawn, once the failure is counted (and the
+            # next start put off): here, a job ending meanwhile would start another at once.
+            if spare is worker and worker not in self._starting:
                 self._lose_spare(served)
         with contextlib.suppress(ValueError):
             self._live.remove(worker)
