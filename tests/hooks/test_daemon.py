@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -143,15 +144,9 @@ async def test_a_running_server_sweeps_bundle_files_past_their_hour_without_anot
     assert fresh.exists()
 
 
-def test_bir_hooks_on_a_planted_store_symlink_exits_in_one_line_and_bir_hook_still_answers(
-    project: Path, tmp_path: Path
-) -> None:
-    target = tmp_path / "victim"
-    target.touch()
-    (config.home() / "local").mkdir(mode=0o700)
-    (config.home() / "local" / "store.db").symlink_to(target)
-    env = {**os.environ, "BIR_SERVICE": "local", "BIR_LOGIC_WORKERS": "1"}
-    done = subprocess.run(
+def bir_hooks(project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``bir-hooks`` for ``project``, run to its end (it is expected to refuse to start)."""
+    return subprocess.run(
         [str(BIN / "bir-hooks"), "--project", str(project)],
         env=env,
         capture_output=True,
@@ -159,10 +154,10 @@ def test_bir_hooks_on_a_planted_store_symlink_exits_in_one_line_and_bir_hook_sti
         timeout=60,
         check=False,
     )
-    assert done.returncode == 1
-    assert done.stderr.count("\n") == 1, done.stderr
-    assert "symbolic link" in done.stderr
-    assert target.stat().st_size == 0
+
+
+def assert_bir_hook_answers_empty(project: Path, env: dict[str, str]) -> None:
+    """A prompt's ``bir-hook`` in ``project`` prints ``{}`` and nothing else, and exits 0."""
     hook = json.dumps({"hook_event_name": "UserPromptSubmit", "cwd": str(project), "prompt": "hi"})
     answer = subprocess.run(
         [str(BIN / "bir-hook"), "UserPromptSubmit"],
@@ -174,6 +169,22 @@ def test_bir_hooks_on_a_planted_store_symlink_exits_in_one_line_and_bir_hook_sti
         check=False,
     )
     assert (answer.returncode, answer.stdout.strip(), answer.stderr) == (0, "{}", "")
+
+
+def test_bir_hooks_on_a_planted_store_symlink_exits_in_one_line_and_bir_hook_still_answers(
+    project: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "victim"
+    target.touch()
+    (config.home() / "local").mkdir(mode=0o700)
+    (config.home() / "local" / "store.db").symlink_to(target)
+    env = {**os.environ, "BIR_SERVICE": "local", "BIR_LOGIC_WORKERS": "1"}
+    done = bir_hooks(project, env)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "symbolic link" in done.stderr
+    assert target.stat().st_size == 0
+    assert_bir_hook_answers_empty(project, env)
     assert target.stat().st_size == 0
 
 
@@ -195,35 +206,17 @@ def _spoil_fifo_logs(home: Path) -> None:
 
 @pytest.mark.parametrize("spoil", [_spoil_file_for_folder, _spoil_shared, _spoil_fifo_logs])
 def test_bir_hooks_in_a_home_it_cannot_use_exits_in_one_line_and_bir_hook_still_answers(
-    project: Path, tmp_path: Path, spoil: object
+    project: Path, tmp_path: Path, spoil: Callable[[Path], None]
 ) -> None:
     home = tmp_path / "spoilt-home"
-    assert callable(spoil)
     spoil(home)
     env = {**os.environ, "BIR_HOME": str(home), "BIR_LOGIC_WORKERS": "1"}
     try:
-        done = subprocess.run(
-            [str(BIN / "bir-hooks"), "--project", str(project)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        hook = json.dumps({"hook_event_name": "UserPromptSubmit", "cwd": str(project), "prompt": "hi"})
-        answer = subprocess.run(
-            [str(BIN / "bir-hook"), "UserPromptSubmit"],
-            input=hook,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = bir_hooks(project, env)
+        assert done.returncode == 1
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        assert str(home) in done.stderr
+        assert_bir_hook_answers_empty(project, env)
     finally:
         home.chmod(0o700)
-    assert done.returncode == 1
-    assert done.stderr.count("\n") == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    assert str(home) in done.stderr
-    assert (answer.returncode, answer.stdout.strip(), answer.stderr) == (0, "{}", "")
